@@ -1,0 +1,24 @@
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+validate(config, "workflow/schemas/config.schema.yaml")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/source.smk"
+include: "workflow/rules/build.smk"
+include: "workflow/rules/model.smk"
+include: "workflow/rules/evidence.smk"
+include: "workflow/rules/bench.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        "results/report/ladder.md",

@@ -1,0 +1,17 @@
+import os
+import sys
+
+sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the ladder package
+from ladder.adapter import run_step
+from ladder.bench import measure
+
+m = snakemake.params.measure
+rungs = [{**r, "provenance": f"results/builds/{r['build_key']}/provenance.json"}
+         for r in snakemake.params.rungs]
+run_step(snakemake, lambda: measure(
+    quant=snakemake.wildcards.quant, workload_name=snakemake.wildcards.workload,
+    workload=snakemake.params.workload, threads=int(snakemake.wildcards.threads), rungs=rungs,
+    model_meta=snakemake.input.model, rounds=m["rounds"], reps=m["repetitions"], seed=m["seed"],
+    warmup=m["warmup"], timeout_s=m["timeout_s"], raw_dir=snakemake.output.raw,
+    out_json=snakemake.output.samples, log=snakemake.log[0],
+))

@@ -1,0 +1,10 @@
+import os
+import sys
+
+sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the ladder package
+from ladder.adapter import run_step
+from ladder.model import fetch
+
+run_step(snakemake, lambda: fetch(snakemake.wildcards.model, snakemake.params.spec,
+                                  dest=snakemake.output.gguf, meta_out=snakemake.output.meta,
+                                  site_dir=snakemake.params.site))

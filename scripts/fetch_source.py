@@ -1,0 +1,12 @@
+import os
+import sys
+
+sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the ladder package
+from pathlib import Path
+
+from ladder.adapter import run_step
+from ladder.source import fetch
+
+out = Path(snakemake.output.json)
+run_step(snakemake, lambda: fetch(snakemake.params.source, workdir=out.parent,
+                                  downloads=Path(snakemake.params.downloads), out_json=out))

@@ -1,0 +1,159 @@
+"""The real workflow on the small test config: real builds, the real model, real measurements.
+
+Slow (a cold run builds llama.cpp several times; ccache in resources/ makes reruns quick).
+Deselect with `-m "not e2e"`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+E2E_CONFIG = ROOT / "tests" / "configs" / "e2e.yaml"
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(platform.machine() != "x86_64", reason="the e2e config is the x86 ladder"),
+]
+
+
+def snakemake(workdir: Path, *args: str, config: Path = E2E_CONFIG,
+              timeout: int = 3600) -> subprocess.CompletedProcess[str]:
+    resources = os.environ.get("LADDER_TEST_RESOURCES", str(ROOT / "resources"))
+    argv = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir),
+            "--configfile", str(config), "--config", f"resources_dir={resources}",
+            "--cores", "all", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=workdir)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    work = tmp_path_factory.mktemp("e2e")
+    (work / "config").mkdir()
+    shutil.copy(ROOT / "config" / "config.yaml", work / "config" / "config.yaml")
+    res = snakemake(work)
+    if res.returncode != 0:
+        pytest.fail(f"workflow failed:\n{res.stderr[-6000:]}")
+    return work
+
+
+@pytest.fixture(scope="module")
+def report(run_dir):
+    return json.loads((run_dir / "results" / "report" / "ladder.json").read_text())
+
+
+def has_amx() -> bool:
+    flags = Path("/proc/cpuinfo").read_text()
+    return " amx_tile" in flags and " amx_int8" in flags
+
+
+def test_report_structure(report, run_dir):
+    assert report["format"] == "ladder-report/1"
+    assert report["ladder_order"] == ["floor", "native_repack", "amx", "kleidiai_x86"]
+    assert report["control"] == "control" and report["twin"] == "native_repack"
+    assert report["missing"] == []
+    assert {(c["quant"], c["workload"]) for c in report["cells"]} == {("q4_0", "pp32"),
+                                                                    ("q4_0", "tg8")}
+    md = (run_dir / "results" / "report" / "ladder.md").read_text()
+    assert "## Headline" in md and "## Evidence per rung" in md and "## Provenance" in md
+    prov = report["provenance"]
+    assert prov["source"]["upstream_commit"] == "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+    assert prov["source"]["upstream_commit_verified"] is True
+    q4_0 = next(m for m in prov["models"] if m["quant"].lower() == "q4_0")
+    assert q4_0["requantized"] is True and q4_0["requantized_from"]["quant"] == "Q4_K_M"
+
+
+def test_every_sample_traces_to_a_raw_file(report, run_dir):
+    for cell in report["cells"]:
+        doc = json.loads((run_dir / "results" / "bench" / "gemma3-270m" / cell["quant"] /
+                          cell["workload"] / f"t{cell['threads']}.json").read_text())
+        assert doc["samples"], "no samples"
+        for s in doc["samples"]:
+            raw = json.loads((run_dir / s["raw"]).read_text())
+            assert s["tokens_per_s"] in [float(x) for x in raw[0]["samples_ts"]]
+            assert s["peak_rss_kib"] > 100_000 and s["thp"] is not None
+        orders = doc["orders"]
+        assert len(orders) == 3 and all(sorted(o) == sorted(orders[0]) for o in orders)
+
+
+def test_noise_floor_and_verdicts(report):
+    for cell in report["cells"]:
+        nf = cell["noise_floor"]
+        assert nf["floor"] is not None and 0 <= nf["floor"] < 0.5
+        step = next(s for s in cell["steps"] if s["rung"] == "native_repack")
+        assert step["base"] == "floor"
+        # The native+repack step is large on any x86 host with AVX2: it must be called.
+        assert step["verdict"]["call"] == "faster", step["verdict"]["text"]
+        assert step["ratio"]["lo"] > 1.0
+
+
+def test_evidence_no_marker_no_claim(report):
+    ev = report["evidence"]["q4_0"]
+    floor, native = ev["floor"], ev["native_repack"]
+    assert floor["status"] == "ok" and native["status"] == "ok"
+    assert "CPU_REPACK" not in floor["weight_buffers_mib"]
+    assert floor["compiled_features"].get("AVX2") is None
+    assert all(c["credited"] for c in floor["claims"])  # the floor really is generic
+    assert native["weight_buffers_mib"]["CPU_REPACK"] > 0
+    assert native["compiled_features"]["AVX2"] == "1"
+    assert {c["mechanism"]: c["credited"] for c in native["claims"]} == {
+        "native_isa": True, "repack": True}
+    assert native["repacked_layouts"]  # DEBUG lines name the layouts (q4_0_8x8 on AVX2 hosts)
+
+
+def test_failures_are_reported_and_the_rest_still_measures(report):
+    rungs = {r["name"]: r for r in report["rungs"]}
+    assert rungs["kleidiai_x86"]["status"] == "build_failed"
+    assert "configure failed" in rungs["kleidiai_x86"]["reason"]
+    assert Path(rungs["kleidiai_x86"]["log"]).name.endswith(".log")
+    if has_amx():
+        amx = rungs["amx"]
+        # On hosts where AMX is usable this rung measures; where it is not, it must be a
+        # reported crash with the signal, never silence.
+        assert amx["status"] in {"ok", "crashed"}
+        if amx["status"] == "crashed":
+            assert "SIG" in amx["reason"]
+    else:
+        assert rungs["amx"]["status"] == "not_applicable"
+    assert rungs["floor"]["status"] == rungs["native_repack"]["status"] == "ok"
+
+
+def test_noop_rerun_runs_nothing(run_dir):
+    res = snakemake(run_dir, "-n")
+    assert res.returncode == 0
+    assert "Nothing to be done" in res.stdout + res.stderr
+
+
+def test_changing_one_rung_reruns_only_what_includes_it(run_dir, tmp_path):
+    cfg = yaml.safe_load(E2E_CONFIG.read_text())
+    floor = cfg["ladders"]["x86_64"]["rungs"][0]
+    floor["cflags"] = ["-fno-unroll-loops"]  # any change to the floor's binary
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump(cfg))
+    res = snakemake(run_dir, "-n", "--quiet", "rules", config=changed)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    counts = {line.split()[0]: int(line.split()[1]) for line in out.splitlines()
+              if len(line.split()) == 2 and line.split()[1].isdigit()}
+    assert counts.get("build") == 1  # only the floor; native/amx/control keep their builds
+    assert counts.get("evidence") == 1  # only the floor's evidence
+    assert counts.get("bench") == 2  # both cells include the floor
+    assert "quantize" not in counts  # the quantizer recipe is separate from the floor's
+    assert "fetch_model" not in counts and "fetch_source" not in counts
+
+
+def test_single_rung_target(run_dir):
+    res = snakemake(run_dir, "results/rungs/native_repack.json")
+    assert res.returncode == 0, res.stderr[-3000:]
+    card = json.loads((run_dir / "results" / "rungs" / "native_repack.json").read_text())
+    assert card["build"]["status"] == "ok"
+    assert card["evidence"][0]["weight_buffers_mib"]["CPU_REPACK"] > 0

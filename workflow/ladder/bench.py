@@ -1,0 +1,115 @@
+"""Interleaved llama-bench rounds: every rung once per round, in a fresh shuffled order.
+
+One job per (quant, workload, threads) cell, so slow drift of the machine hits every rung alike.
+Every raw llama-bench JSON and stderr is kept; the samples file is derived from them.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ladder import parse
+from ladder.errors import LadderError
+from ladder.host import host_brief
+from ladder.io import atomic_write_json, atomic_write_text, read_json
+from ladder.run import run
+
+FORMAT = "ladder-samples/1"
+
+
+def round_orders(names: Sequence[str], rounds: int, seed: int) -> list[list[str]]:
+    """A shuffled order per round, reproducible from the seed."""
+    rng = random.Random(seed)
+    orders = []
+    for _ in range(rounds):
+        order = list(names)
+        rng.shuffle(order)
+        orders.append(order)
+    return orders
+
+
+def bench_argv(bin_dir: str, model: str, workload: Mapping[str, int], threads: int, reps: int,
+               warmup: bool, runtime_args: Sequence[str]) -> list[str]:
+    argv = [str(Path(bin_dir) / "llama-bench"), "-m", model,
+            "-p", str(workload.get("n_prompt", 0)), "-n", str(workload.get("n_gen", 0)),
+            "-t", str(threads), "-r", str(reps), "-o", "json"]
+    if workload.get("n_depth"):
+        argv += ["-d", str(workload["n_depth"])]
+    if not warmup:
+        argv.append("--no-warmup")
+    return argv + list(runtime_args)
+
+
+def measure(*, quant: str, workload_name: str, workload: Mapping[str, int], threads: int,
+            rungs: Sequence[Mapping[str, Any]], model_meta: str, rounds: int, reps: int,
+            seed: int, warmup: bool, timeout_s: float, raw_dir: str, out_json: str,
+            log: str) -> dict[str, Any]:
+    model = read_json(model_meta)
+    raw = Path(raw_dir)
+    raw.mkdir(parents=True, exist_ok=True)
+    status: dict[str, dict[str, Any]] = {}
+    active: list[str] = []
+    bins: dict[str, str] = {}
+    for r in rungs:
+        prov = read_json(r["provenance"])
+        entry = {"build_key": prov.get("build_key"), "runtime": r["runtime"],
+                 "status": "measured", "reason": None}
+        if prov.get("status") != "ok":
+            entry.update(status="build_failed", reason=prov.get("reason"), log=prov.get("log"))
+        else:
+            bins[r["name"]] = prov["bin_dir"]
+            active.append(r["name"])
+        status[r["name"]] = entry
+    if not active:
+        raise LadderError(f"bench {quant}/{workload_name}/t{threads}: no rung built successfully")
+    orders = round_orders(active, rounds, seed)
+    brief = host_brief()
+    samples: list[dict[str, Any]] = []
+    by_name = {r["name"]: r for r in rungs}
+    log_lines: list[str] = []
+    for rnd, order in enumerate(orders):
+        for pos, name in enumerate(order):
+            if status[name]["status"] != "measured":
+                continue  # crashed earlier: a deterministic crash is not re-run every round
+            r = by_name[name]
+            argv = bench_argv(bins[name], model["path"], workload, threads, reps, warmup,
+                              r["bench_args"])
+            res = run(argv, env=r["env"], timeout_s=timeout_s)
+            stem = raw / f"round{rnd:02d}-{pos:02d}-{name}"
+            atomic_write_text(f"{stem}.json", res.stdout)
+            atomic_write_text(f"{stem}.stderr.log",
+                              f"$ {' '.join(argv)}\n# env {r['env']}\n{res.stderr}")
+            log_lines.append(f"round {rnd} pos {pos} {name}: rc={res.returncode} "
+                             f"wall={res.wall_s:.2f}s rss={res.peak_rss_kib}KiB")
+            failure = res.failure()
+            if failure:
+                status[name].update(status="crashed" if res.signal_name else "failed",
+                                    reason=failure, round=rnd, raw=f"{stem}.stderr.log")
+                continue
+            for rec in parse.bench_records(res.stdout, f"{stem}.json"):
+                if int(rec["n_threads"]) != threads:
+                    raise LadderError(f"{stem}.json: llama-bench ran {rec['n_threads']} threads, "
+                                      f"asked for {threads}")
+                for rep, (ts, ns) in enumerate(zip(rec["samples_ts"], rec["samples_ns"])):
+                    samples.append({
+                        "rung": name, "round": rnd, "order": pos, "rep": rep,
+                        "build_key": status[name]["build_key"], "n_threads": rec["n_threads"],
+                        "n_prompt": rec["n_prompt"], "n_gen": rec["n_gen"],
+                        "n_depth": rec.get("n_depth", 0), "tokens_per_s": float(ts),
+                        "ns": int(ns), "build_commit": rec["build_commit"],
+                        "model_type": rec["model_type"], "model_size": rec["model_size"],
+                        "repack": rec.get("repack"), "peak_rss_kib": res.peak_rss_kib,
+                        "wall_s": round(res.wall_s, 3), "raw": f"{stem}.json", **brief,
+                    })
+    atomic_write_text(log, "\n".join(log_lines) + "\n")
+    doc = {
+        "format": FORMAT, "quant": quant, "workload": workload_name, "workload_spec": dict(workload),
+        "threads": threads, "model": {k: model.get(k) for k in
+                                       ("model", "quant", "sha256", "requantized", "size_bytes")},
+        "rounds": rounds, "repetitions": reps, "seed": seed, "warmup": warmup,
+        "orders": orders, "host": brief, "rungs": status, "samples": samples,
+    }
+    atomic_write_json(out_json, doc)
+    return doc

@@ -1,0 +1,143 @@
+"""Configure and build one recipe with cmake; a failed build is recorded, not raised."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from ladder.errors import LadderError
+from ladder.io import atomic_write_json, read_json
+
+FORMAT = "ladder-build/1"
+
+
+def required_tools(generator: str, use_ccache: bool) -> list[str]:
+    tools = ["cmake", os.environ.get("CC", "cc"), os.environ.get("CXX", "c++")]
+    if generator == "Ninja":
+        tools.append("ninja")
+    if use_ccache:
+        tools.append("ccache")
+    return tools
+
+
+def missing_tools(generator: str, use_ccache: bool) -> list[str]:
+    return [t for t in required_tools(generator, use_ccache) if shutil.which(t) is None]
+
+
+def cmake_configure_argv(
+    source_root: str, build_dir: str, recipe: Mapping[str, Any], generator: str,
+    use_ccache: bool, build_commit: str | None,
+) -> list[str]:
+    argv = ["cmake", "-S", source_root, "-B", build_dir, "-G", generator,
+            f"-DCMAKE_BUILD_TYPE={recipe['build_type']}"]
+    for key, value in sorted(recipe["cmake"].items()):
+        argv.append(f"-D{key}={value}")
+    if recipe["cflags"]:
+        flags = " ".join(recipe["cflags"])
+        argv += [f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}"]
+    if use_ccache:
+        argv += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache",
+                 "-DGGML_CCACHE=OFF"]
+    if build_commit:
+        # A tree without .git reports "unknown"; pin what llama-bench's JSON says.
+        argv += [f"-DLLAMA_BUILD_COMMIT={build_commit[:7]}", "-DLLAMA_BUILD_NUMBER=0"]
+    return argv
+
+
+def _ccache_stats(env: Mapping[str, str]) -> dict[str, int]:
+    if shutil.which("ccache") is None:
+        return {}
+    res = subprocess.run(["ccache", "--print-stats"], capture_output=True, text=True,
+                         env={**os.environ, **env}, check=False)
+    stats: dict[str, int] = {}
+    for line in res.stdout.splitlines():
+        key, _, value = line.partition("\t")
+        if value.strip().isdigit():
+            stats[key] = int(value)
+    return stats
+
+
+def _failure_reason(log_text: str, stage: str) -> str:
+    for pat in (r"CMake Error.*?\n(?:.*\n){0,3}", r"^.*\berror\b:.*$", r"^FAILED: .*$"):
+        m = re.search(pat, log_text, re.M)
+        if m:
+            return f"{stage} failed: " + " ".join(m.group(0).split())[:500]
+    tail = [ln for ln in log_text.splitlines() if ln.strip()][-1:] or ["(no output)"]
+    return f"{stage} failed: {tail[0][:300]}"
+
+
+ARCH_LINES = re.compile(
+    r"^-- (?:Adding CPU backend variant.*|x86 detected|ARM detected.*|ARM feature .*|"
+    r"Using KleidiAI.*|.*GGML_[A-Z0-9_]+ .*|Including CPU backend)$", re.M
+)
+
+
+def build(
+    *, recipe: Mapping[str, Any], material: Mapping[str, Any], build_key: str, source_json: str,
+    provenance: str, log: str, jobs: int, generator: str = "Ninja", ccache_dir: str | None = None,
+    ccache_basedir: str | None = None,
+) -> dict[str, Any]:
+    """Build ``recipe``; always writes ``provenance`` with status 'ok' or 'failed' and a reason."""
+    src = read_json(source_json)
+    out_dir = Path(provenance).parent
+    build_dir = out_dir / "build"
+    use_ccache = ccache_dir is not None
+    missing = missing_tools(generator, use_ccache)
+    if missing:
+        raise LadderError(f"build tools missing on PATH: {', '.join(missing)} "
+                          "(apt-get install cmake ninja-build g++ ccache)")
+    env: dict[str, str] = {}
+    if use_ccache:
+        Path(ccache_dir).mkdir(parents=True, exist_ok=True)  # type: ignore[arg-type]
+        env = {"CCACHE_DIR": str(Path(ccache_dir).resolve()), "CCACHE_NOHASHDIR": "1"}  # type: ignore[arg-type]
+        if ccache_basedir:
+            env["CCACHE_BASEDIR"] = str(Path(ccache_basedir).resolve())
+    configure = cmake_configure_argv(src["root"], str(build_dir), recipe, generator, use_ccache,
+                                     src.get("upstream_commit"))
+    compile_ = ["cmake", "--build", str(build_dir), "-j", str(jobs), "--target", *recipe["targets"]]
+    record: dict[str, Any] = {
+        "format": FORMAT, "build_key": build_key, "material": dict(material),
+        "source": {k: src.get(k) for k in ("source_id", "upstream_commit", "root")},
+        "configure_argv": configure, "build_argv": compile_, "jobs": jobs,
+        "log": str(log), "status": "failed", "reason": None,
+    }
+    before = _ccache_stats(env)
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as log_f:
+        for stage, argv in (("configure", configure), ("build", compile_)):
+            log_f.write(f"$ {' '.join(argv)}\n")
+            log_f.flush()
+            t0 = time.monotonic()
+            start = log_f.tell()
+            # Streamed straight into the log, so a long build can be followed with tail -f.
+            res = subprocess.run(argv, stdout=log_f, stderr=subprocess.STDOUT,
+                                 env={**os.environ, **env}, check=False)
+            record[f"{stage}_wall_s"] = round(time.monotonic() - t0, 2)
+            log_f.flush()
+            with open(log, errors="replace") as back:
+                back.seek(start)
+                output = back.read()
+            if stage == "configure":
+                record["configure_arch_lines"] = ARCH_LINES.findall(output)
+            if res.returncode != 0:
+                record["reason"] = _failure_reason(output, stage)
+                break
+        else:
+            bin_dir = build_dir / "bin"
+            absent = [t for t in recipe["targets"] if not (bin_dir / t).exists()]
+            if absent:
+                record["reason"] = f"build finished but {', '.join(absent)} missing in {bin_dir}"
+            else:
+                record["status"] = "ok"
+                record["bin_dir"] = str(bin_dir.resolve())
+    after = _ccache_stats(env)
+    if before or after:
+        record["ccache"] = {k: after.get(k, 0) - before.get(k, 0)
+                            for k in ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss")}
+    atomic_write_json(provenance, record)
+    return record

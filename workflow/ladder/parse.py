@@ -1,0 +1,132 @@
+"""Parsers for what llama.cpp prints. Pure functions over text; fed real captured output in tests."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from typing import Any
+
+from ladder.errors import LadderError
+
+BUFFER = re.compile(
+    r"^load_tensors:\s+(?P<name>\S+) model buffer size =\s*(?P<mib>[0-9.]+) MiB", re.M
+)
+SYSTEM_INFO = re.compile(r"^system_info:.*$", re.M)
+VENDOR = re.compile(r"^(?P<line>(?:kleidiai|amx|AMX)[: ].*)$", re.M)
+KLEIDIAI_PRIMARY = re.compile(r"^kleidiai: primary (?P<kind>\w+) kernel feature (?P<feat>\w+)", re.M)
+REPACK_TENSOR = re.compile(r"^repack: repack tensor (?P<tensor>\S+) with (?P<layout>\S+)", re.M)
+NO_KERNEL = re.compile(r"^kleidiai: no kernel for tensor type (?P<type>[^\s,]+)", re.M)
+CANNOT_USE = re.compile(
+    r"tensor '(?P<tensor>[^']+)' \((?P<type>[^)]+)\) \(and (?P<others>\d+) others\) cannot be used "
+    r"with preferred buffer type (?P<buft>\S+), using (?P<fallback>\S+) instead"
+)
+
+
+# Tools built on `common` prefix lines with "<elapsed> <level> " (e.g. "0.01.961.432 I "), and
+# progress dots can precede that; llama-bench prints bare lines. Strip both before matching.
+LINE_PREFIX = re.compile(r"^\.*(?:\d+\.\d+\.\d+\.\d+ [A-Z] )?", re.M)
+
+
+def clean(log: str) -> str:
+    return LINE_PREFIX.sub("", log)
+
+
+def buffer_loads(log: str) -> list[dict[str, float]]:
+    """Every model load's weight buffers; a repeated buffer name starts the next load."""
+    loads: list[dict[str, float]] = []
+    current: dict[str, float] = {}
+    for m in BUFFER.finditer(clean(log)):
+        name, mib = m.group("name"), float(m.group("mib"))
+        if name in current:
+            loads.append(current)
+            current = {}
+        current[name] = mib
+    if current:
+        loads.append(current)
+    return loads
+
+
+def weight_buffers(log: str) -> dict[str, float]:
+    """Weight buffer types and sizes (MiB) of the first real model load in a log.
+
+    llama-completion first runs a no-alloc "fit" load that prints 0.00 MiB for every buffer;
+    llama-bench reloads per parameter set. The first load with a non-zero size is the one.
+    """
+    loads = buffer_loads(log)
+    for load in loads:
+        if any(v > 0 for v in load.values()):
+            return load
+    return loads[0] if loads else {}
+
+
+def system_info_features(log: str) -> dict[str, str]:
+    """Compile-time features from the 'system_info:' line (e.g. {'AVX2': '1', 'REPACK': '1'})."""
+    m = SYSTEM_INFO.search(clean(log))
+    if not m:
+        return {}
+    feats: dict[str, str] = {}
+    for part in m.group(0).split("|"):
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            continue
+        if ":" in key:  # "CPU : SSE3" -> "SSE3"
+            key = key.split(":")[-1].strip()
+        feats[key] = value.strip()
+    return feats
+
+
+def system_info_line(log: str) -> str | None:
+    m = SYSTEM_INFO.search(clean(log))
+    return m.group(0).strip() if m else None
+
+
+def vendor_lines(log: str) -> list[str]:
+    """Vendor-library init and warning lines (KleidiAI, AMX), deduplicated in order."""
+    seen: dict[str, None] = {}
+    for m in VENDOR.finditer(clean(log)):
+        seen.setdefault(m.group("line").strip(), None)
+    return list(seen)
+
+
+def kleidiai_primary(log: str) -> dict[str, str]:
+    return {m.group("kind"): m.group("feat") for m in KLEIDIAI_PRIMARY.finditer(clean(log))}
+
+
+def kleidiai_unaccelerated_types(log: str) -> list[str]:
+    return sorted({m.group("type") for m in NO_KERNEL.finditer(clean(log))})
+
+
+def repacked_layouts(log: str) -> dict[str, int]:
+    """At DEBUG verbosity: how many tensors were repacked into each layout (q4_0_8x8 …)."""
+    return dict(Counter(m.group("layout") for m in REPACK_TENSOR.finditer(clean(log))))
+
+
+def buffer_fallbacks(log: str) -> list[dict[str, Any]]:
+    return [
+        {"tensor": m.group("tensor"), "type": m.group("type"), "others": int(m.group("others")),
+         "preferred": m.group("buft"), "used": m.group("fallback")}
+        for m in CANNOT_USE.finditer(clean(log))
+    ]
+
+
+BENCH_REQUIRED = ("build_commit", "n_threads", "n_prompt", "n_gen", "avg_ts", "samples_ts",
+                  "samples_ns", "model_type", "model_size")
+
+
+def bench_records(text: str, source: str = "llama-bench output") -> list[dict[str, Any]]:
+    """llama-bench '-o json' output: a list of test records, each with raw samples."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise LadderError(f"{source}: not llama-bench JSON ({exc.msg} at line {exc.lineno})") from exc
+    if not isinstance(data, list) or not data:
+        raise LadderError(f"{source}: expected a non-empty JSON list of llama-bench records")
+    for i, rec in enumerate(data):
+        missing = [k for k in BENCH_REQUIRED if k not in rec]
+        if missing:
+            raise LadderError(f"{source}: record {i} lacks {', '.join(missing)}")
+        if len(rec["samples_ts"]) != len(rec["samples_ns"]):
+            raise LadderError(f"{source}: record {i} has mismatched samples_ts/samples_ns")
+    return data

@@ -1,0 +1,168 @@
+"""The plan of a run, derived once from the validated config: what to build, run and measure."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from ladder.build import missing_tools
+from ladder.errors import LadderError
+from ladder.recipes import (
+    Recipe,
+    Rung,
+    build_key,
+    build_key_material,
+    not_applicable_reason,
+    quantizer_recipe,
+    rungs_from_config,
+    select_ladder_name,
+)
+from ladder.source import source_id
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def code_hash(*modules: str) -> str:
+    """Hash of package modules, passed as a param so a logic change reruns the rules using it."""
+    digest = hashlib.sha256()
+    for mod in sorted(modules):
+        digest.update((PACKAGE_DIR / f"{mod}.py").read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def resolve_threads(values: list[Any]) -> list[int]:
+    out: list[int] = []
+    for v in values:
+        n = (os.cpu_count() or 1) if v == "all" else int(v)
+        if n not in out:
+            out.append(n)
+    return out
+
+
+@dataclass
+class Plan:
+    config: Mapping[str, Any]
+    ladder_name: str
+    rungs: list[Rung]
+    source_id: str
+    build_keys: dict[str, str]
+    recipes_by_key: dict[str, Recipe]
+    quantizer_key: str
+    not_applicable: dict[str, str]
+    resources_dir: str
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> "Plan":
+        name = select_ladder_name(config)
+        rungs = rungs_from_config(config, name)
+        sid = source_id(config["source"])
+        build_cfg = config["build"]
+        missing = missing_tools(build_cfg.get("generator", "Ninja"), build_cfg.get("ccache", True))
+        if missing:
+            raise LadderError(
+                f"missing tools: {', '.join(missing)} not on PATH "
+                "(as root: apt-get install -y cmake ninja-build g++ ccache)"
+            )
+        keys: dict[str, str] = {}
+        recipes: dict[str, Recipe] = {}
+        for r in rungs:
+            keys[r.name] = build_key(r.recipe, sid)
+            recipes[keys[r.name]] = r.recipe
+        qrecipe = quantizer_recipe(config, name)
+        qkey = build_key(qrecipe, sid)
+        recipes[qkey] = qrecipe
+        na = {}
+        for r in rungs:
+            reason = not_applicable_reason(r)
+            if reason:
+                na[r.name] = reason
+        quants = config["measure"].get("quants")
+        if quants:
+            known = {q.upper() for m in config["models"].values()
+                     for q in [m["quant"], *m.get("derive", [])]}
+            unknown = [q for q in quants if q.upper() not in known]
+            if unknown:
+                raise LadderError(f"measure.quants: {unknown} not produced by any model "
+                                  f"(known: {sorted(known)})")
+        return cls(config, name, rungs, sid, keys, recipes, qkey, na,
+                   str(config.get("resources_dir", "resources")))
+
+    # --- rungs -----------------------------------------------------------------------------
+    @property
+    def applicable(self) -> list[Rung]:
+        return [r for r in self.rungs if r.name not in self.not_applicable]
+
+    @property
+    def control(self) -> Rung | None:
+        return next((r for r in self.rungs if r.twin_of), None)
+
+    @property
+    def ladder_order(self) -> list[str]:
+        """Rung names in ladder order, without the control."""
+        return [r.name for r in self.rungs if not r.twin_of]
+
+    def rung(self, name: str) -> Rung:
+        for r in self.rungs:
+            if r.name == name:
+                return r
+        raise LadderError(f"rung {name!r} is not in ladder {self.ladder_name}")
+
+    def recipe_params(self, key: str) -> dict[str, Any]:
+        return self.recipes_by_key[key].as_dict()
+
+    def material(self, key: str) -> dict[str, Any]:
+        return build_key_material(self.recipes_by_key[key], self.source_id)
+
+    def bench_rungs(self) -> list[dict[str, Any]]:
+        return [
+            {"name": r.name, "build_key": self.build_keys[r.name],
+             "runtime": r.runtime.as_dict(), "env": dict(r.runtime.env),
+             "bench_args": r.runtime.bench_argv()}
+            for r in self.applicable
+        ]
+
+    def rung_summary(self, r: Rung) -> dict[str, Any]:
+        return {
+            "name": r.name, "label": r.label, "adds": r.adds, "twin_of": r.twin_of,
+            "build_key": self.build_keys[r.name], "recipe": r.recipe.as_dict(),
+            "runtime": r.runtime.as_dict(), "mechanisms": r.mechanisms,
+            "markers": [m.__dict__ for m in r.markers],
+            "not_applicable": self.not_applicable.get(r.name),
+        }
+
+    # --- models and cells -------------------------------------------------------------------
+    def is_base_quant(self, model: str, quant: str) -> bool:
+        return self.config["models"][model]["quant"].lower() == quant.lower()
+
+    def model_quants(self) -> list[tuple[str, str]]:
+        wanted = self.config["measure"].get("quants")
+        wanted_l = {q.lower() for q in wanted} if wanted else None
+        out = []
+        for m, spec in self.config["models"].items():
+            for q in [spec["quant"], *spec.get("derive", [])]:
+                if wanted_l is None or q.lower() in wanted_l:
+                    out.append((m, q.lower()))
+        return out
+
+    def threads(self) -> list[int]:
+        return resolve_threads(list(self.config["measure"]["threads"]))
+
+    def cells(self) -> list[tuple[str, str, str, int]]:
+        workloads = [w for w, spec in self.config["measure"]["workloads"].items() if spec]
+        return [(m, q, w, t) for m, q in self.model_quants() for w in workloads
+                for t in self.threads()]
+
+    def report_plan(self) -> dict[str, Any]:
+        control = self.control
+        return {
+            "ladder": self.ladder_name,
+            "ladder_order": self.ladder_order,
+            "control": control.name if control else None,
+            "twin": control.twin_of if control else None,
+            "rungs": [self.rung_summary(r) for r in self.rungs],
+            "quantizer_build_key": self.quantizer_key,
+            "source_id": self.source_id,
+        }

@@ -1,0 +1,346 @@
+"""Rungs, recipes and build keys: which binary each rung is, and whether this host can run it.
+
+A *recipe* is everything that changes a binary (source identity, cmake defines, compiler flags,
+compiler and version, the resolved native target, targets). Its hash is the *build key*: two
+rungs with the same recipe share one build, and switching a recipe back finds the old build.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+from ladder.errors import LadderError
+from ladder.io import canonical_hash
+
+BUILD_KEY_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A piece of load-time evidence that must (or must not) be seen for a mechanism's claim."""
+
+    mechanism: str
+    buffer: str | None = None
+    feature: str | None = None
+    log: str | None = None
+    absent: bool = False
+
+    def describe(self) -> str:
+        what = (
+            f"weight buffer {self.buffer}"
+            if self.buffer
+            else f"compiled feature {self.feature}"
+            if self.feature
+            else f"log line containing {self.log!r}"
+        )
+        return ("no " if self.absent else "") + what
+
+
+@dataclass(frozen=True)
+class Runtime:
+    env: Mapping[str, str] = field(default_factory=dict)
+    repack: bool = True
+    bench_args: tuple[str, ...] = ()
+    common_args: tuple[str, ...] = ()
+
+    def bench_argv(self) -> list[str]:
+        return ([] if self.repack else ["--repack", "0"]) + list(self.bench_args)
+
+    def common_argv(self) -> list[str]:
+        return ([] if self.repack else ["--no-repack"]) + list(self.common_args)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "env": dict(sorted(self.env.items())),
+            "repack": self.repack,
+            "bench_args": list(self.bench_args),
+            "common_args": list(self.common_args),
+        }
+
+
+@dataclass(frozen=True)
+class Recipe:
+    cmake: Mapping[str, str]
+    cflags: tuple[str, ...]
+    targets: tuple[str, ...]
+    build_type: str
+
+    @property
+    def native(self) -> bool:
+        return str(self.cmake.get("GGML_NATIVE", "")).upper() in {"ON", "1", "TRUE", "YES"}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "cmake": dict(sorted(self.cmake.items())),
+            "cflags": list(self.cflags),
+            "targets": sorted(self.targets),
+            "build_type": self.build_type,
+        }
+
+
+@dataclass(frozen=True)
+class Rung:
+    name: str
+    label: str
+    adds: str
+    recipe: Recipe
+    runtime: Runtime
+    requires_arch: str | None
+    requires_cpu_flags: tuple[str, ...]
+    requires_fetchcontent: tuple[str, ...]
+    markers: tuple[Marker, ...]
+    twin_of: str | None = None
+
+    @property
+    def mechanisms(self) -> list[str]:
+        return sorted({m.mechanism for m in self.markers if not m.absent})
+
+
+def _cmake_value(key: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "ON" if value else "OFF"
+    if isinstance(value, (int, float, str)):
+        return str(value)
+    raise LadderError(f"cmake define {key}: value {value!r} is not a string, number or boolean")
+
+
+def _recipe(entry: Mapping[str, Any], build_cfg: Mapping[str, Any], where: str) -> Recipe:
+    cmake: dict[str, str] = {}
+    for key, value in {**build_cfg.get("common_cmake", {}), **entry.get("cmake", {})}.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise LadderError(f"{where}.cmake: {key!r} is not a valid cmake variable name")
+        cmake[key] = _cmake_value(key, value)
+    return Recipe(
+        cmake=cmake,
+        cflags=tuple(str(f) for f in entry.get("cflags", [])),
+        targets=tuple(build_cfg["targets"]),
+        build_type=str(build_cfg.get("build_type", "Release")),
+    )
+
+
+def _runtime(entry: Mapping[str, Any]) -> Runtime:
+    rt = entry.get("runtime", {}) or {}
+    return Runtime(
+        env={str(k): str(v) for k, v in (rt.get("env") or {}).items()},
+        repack=bool(rt.get("repack", True)),
+        bench_args=tuple(str(a) for a in rt.get("bench_args", [])),
+        common_args=tuple(str(a) for a in rt.get("common_args", [])),
+    )
+
+
+def _markers(entry: Mapping[str, Any]) -> tuple[Marker, ...]:
+    out = []
+    for m in entry.get("markers", []):
+        out.append(
+            Marker(
+                mechanism=m["mechanism"],
+                buffer=m.get("buffer"),
+                feature=m.get("feature"),
+                log=m.get("log"),
+                absent=bool(m.get("absent", False)),
+            )
+        )
+    return tuple(out)
+
+
+def host_arch() -> str:
+    machine = platform.machine().lower()
+    return {"arm64": "aarch64", "amd64": "x86_64"}.get(machine, machine)
+
+
+def select_ladder_name(config: Mapping[str, Any], arch: str | None = None) -> str:
+    wanted = config.get("ladder", "auto")
+    ladders = config["ladders"]
+    if wanted == "auto":
+        arch = arch or host_arch()
+        if arch not in ladders:
+            raise LadderError(
+                f"ladder: auto found no ladder for host arch {arch!r}; config.ladders has "
+                f"{sorted(ladders)}: set 'ladder' to one of them"
+            )
+        return arch
+    if wanted not in ladders:
+        raise LadderError(f"ladder: {wanted!r} is not a key of config.ladders ({sorted(ladders)})")
+    return str(wanted)
+
+
+def rungs_from_config(config: Mapping[str, Any], ladder_name: str | None = None) -> list[Rung]:
+    """The selected ladder's rungs in order, the control rung last."""
+    name = ladder_name or select_ladder_name(config)
+    ladder = config["ladders"][name]
+    build_cfg = config["build"]
+    rungs: list[Rung] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(ladder["rungs"]):
+        where = f"ladders.{name}.rungs[{i}]"
+        rname = entry["name"]
+        if rname in seen:
+            raise LadderError(f"{where}.name: rung {rname!r} appears twice")
+        seen.add(rname)
+        req = entry.get("requires", {}) or {}
+        rungs.append(
+            Rung(
+                name=rname,
+                label=entry.get("label", rname),
+                adds=entry.get("adds", ""),
+                recipe=_recipe(entry, build_cfg, where),
+                runtime=_runtime(entry),
+                requires_arch=req.get("arch"),
+                requires_cpu_flags=tuple(req.get("cpu_flags", [])),
+                requires_fetchcontent=tuple(req.get("fetchcontent", [])),
+                markers=_markers(entry),
+            )
+        )
+    control = ladder.get("control")
+    if control:
+        twin = next((r for r in rungs if r.name == control["twin"]), None)
+        if twin is None:
+            raise LadderError(
+                f"ladders.{name}.control.twin: {control['twin']!r} is not a rung of this ladder"
+            )
+        if control["name"] in seen:
+            raise LadderError(f"ladders.{name}.control.name: {control['name']!r} is already a rung")
+        rungs.append(
+            Rung(
+                name=control["name"],
+                label=f"{twin.label} (control twin)",
+                adds="nothing: the same build as its twin, measured under a second label",
+                recipe=twin.recipe,
+                runtime=twin.runtime,
+                requires_arch=twin.requires_arch,
+                requires_cpu_flags=twin.requires_cpu_flags,
+                requires_fetchcontent=twin.requires_fetchcontent,
+                markers=twin.markers,
+                twin_of=twin.name,
+            )
+        )
+    return rungs
+
+
+def quantizer_recipe(config: Mapping[str, Any], ladder_name: str) -> Recipe:
+    ladder = config["ladders"][ladder_name]
+    return _recipe(ladder["quantizer"], config["build"], f"ladders.{ladder_name}.quantizer")
+
+
+# --- host and toolchain identity -------------------------------------------------------------
+
+
+@lru_cache(maxsize=None)
+def host_cpu_flags() -> frozenset[str]:
+    """CPU feature flags the kernel reports (x86 'flags', Arm 'Features')."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in {"flags", "Features"}:
+            return frozenset(value.split())
+    return frozenset()
+
+
+def _compiler(env_var: str, default: str) -> str:
+    return os.environ.get(env_var) or default
+
+
+@lru_cache(maxsize=None)
+def compiler_identity() -> dict[str, str]:
+    """Resolved path and version line of the C and C++ compilers cmake will pick up."""
+    ident: dict[str, str] = {}
+    for lang, var, default in (("c", "CC", "cc"), ("cxx", "CXX", "c++")):
+        exe = shutil.which(_compiler(var, default))
+        if exe is None:
+            raise LadderError(
+                f"no {lang.upper()} compiler: {_compiler(var, default)!r} is not on PATH "
+                f"(install gcc/g++, e.g. 'apt-get install build-essential', or set {var})"
+            )
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False)
+        ident[lang] = f"{os.path.realpath(exe)}: {out.stdout.splitlines()[0] if out.stdout else '?'}"
+    return ident
+
+
+@lru_cache(maxsize=None)
+def native_target() -> dict[str, str]:
+    """What '-march=native' (x86) / '-mcpu=native' (Arm) expands to for this compiler and CPU."""
+    cc = shutil.which(_compiler("CC", "cc")) or "cc"
+    flag = "-mcpu=native" if host_arch() == "aarch64" else "-march=native"
+    out = subprocess.run(
+        [cc, flag, "-###", "-E", "-x", "c", os.devnull], capture_output=True, text=True, check=False
+    )
+    cc1 = next((ln for ln in out.stderr.splitlines() if "cc1" in ln), "")
+    tokens = [t.strip('"') for t in cc1.split()]
+    mflags = [t for t in tokens if t.startswith(("-march=", "-mcpu=", "-mtune=", "-m"))]
+    arch = next((t.split("=", 1)[1] for t in mflags if t.startswith(("-march=", "-mcpu="))), "?")
+    return {"flag": flag, "resolved": arch, "fingerprint": canonical_hash(sorted(mflags), 16)}
+
+
+def build_key(recipe: Recipe, source_id: str) -> str:
+    """Hash of everything that changes the binary; equal recipes share one build."""
+    material = {
+        "v": BUILD_KEY_VERSION,
+        "source": source_id,
+        "recipe": recipe.as_dict(),
+        "compiler": compiler_identity(),
+        "native_target": native_target() if recipe.native else None,
+    }
+    return canonical_hash(material, 16)
+
+
+def build_key_material(recipe: Recipe, source_id: str) -> dict[str, Any]:
+    return {
+        "build_key_version": BUILD_KEY_VERSION,
+        "source_id": source_id,
+        "recipe": recipe.as_dict(),
+        "compiler": compiler_identity(),
+        "native_target": native_target() if recipe.native else None,
+    }
+
+
+# --- applicability ---------------------------------------------------------------------------
+
+
+def _reachable(host: str, port: int = 443, timeout: float = 3.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def not_applicable_reason(
+    rung: Rung,
+    arch: str | None = None,
+    cpu_flags: frozenset[str] | None = None,
+    reachable: Any = _reachable,
+) -> str | None:
+    """Why this host cannot run this rung, or None when it can."""
+    arch = arch or host_arch()
+    flags = host_cpu_flags() if cpu_flags is None else cpu_flags
+    if rung.requires_arch and rung.requires_arch != arch:
+        return f"requires a {rung.requires_arch} host; this host is {arch}"
+    missing = [f for f in rung.requires_cpu_flags if f not in flags]
+    if missing:
+        return f"host CPU lacks {', '.join(missing)}"
+    for name in rung.requires_fetchcontent:
+        override = rung.recipe.cmake.get(f"FETCHCONTENT_SOURCE_DIR_{name.upper()}")
+        if override:
+            if not Path(override).is_dir():
+                return (
+                    f"no {name} source: FETCHCONTENT_SOURCE_DIR_{name.upper()}={override} "
+                    "is not a directory"
+                )
+        elif not reachable("github.com"):
+            return (
+                f"no {name} source: github.com is unreachable and no "
+                f"FETCHCONTENT_SOURCE_DIR_{name.upper()} is set in the rung's cmake"
+            )
+    return None

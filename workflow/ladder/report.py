@@ -1,0 +1,155 @@
+"""Assemble the ladder report: one JSON document (versioned) and Markdown rendered from it."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import jinja2
+
+from ladder import stats
+from ladder.errors import LadderError
+from ladder.io import atomic_write_json, atomic_write_text, read_json
+
+FORMAT = "ladder-report/1"
+
+
+def _load_all(paths: Sequence[str], missing: list[dict[str, str]]) -> list[dict[str, Any]]:
+    docs = []
+    for p in paths:
+        try:
+            docs.append(read_json(p))
+        except LadderError as exc:
+            missing.append({"file": str(p), "problem": str(exc)})
+    return docs
+
+
+def rung_status(plan_rung: Mapping[str, Any], build: Mapping[str, Any] | None,
+                evidence: Sequence[Mapping[str, Any]], cells: Sequence[Mapping[str, Any]],
+                ) -> dict[str, Any]:
+    """Overall status of a rung: not_applicable, build_failed, crashed, failed or ok."""
+    name = plan_rung["name"]
+    if plan_rung.get("not_applicable"):
+        return {"status": "not_applicable", "reason": plan_rung["not_applicable"], "log": None}
+    if build is None:
+        return {"status": "unknown", "reason": "no build provenance found", "log": None}
+    if build.get("status") != "ok":
+        return {"status": "build_failed", "reason": build.get("reason"), "log": build.get("log")}
+    for ev in evidence:
+        if ev.get("rung") == name and ev.get("status") in {"crashed", "failed"}:
+            return {"status": ev["status"], "reason": f"{ev.get('reason')} (evidence run, "
+                    f"{ev.get('quant')})", "log": ev.get("raw_log")}
+    for cell in cells:
+        st = cell.get("rung_status", {}).get(name, {})
+        if st.get("status") in {"crashed", "failed"}:
+            return {"status": st["status"], "reason": f"{st.get('reason')} (llama-bench, "
+                    f"{cell['quant']}/{cell['workload']})", "log": st.get("raw")}
+    return {"status": "ok", "reason": None, "log": build.get("log")}
+
+
+def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: str, host: str,
+              builds: Sequence[str], models: Sequence[str], evidence: Sequence[str],
+              bench: Sequence[str]) -> dict[str, Any]:
+    missing: list[dict[str, str]] = []
+    src = (_load_all([source], missing) or [{}])[0]
+    host_doc = (_load_all([host], missing) or [{}])[0]
+    build_docs = {b.get("build_key"): b for b in _load_all(builds, missing)}
+    model_docs = _load_all(models, missing)
+    ev_docs = _load_all(evidence, missing)
+    bench_docs = _load_all(bench, missing)
+
+    cells = []
+    for doc in bench_docs:
+        try:
+            summary = stats.summarize_cell(
+                doc, plan["ladder_order"], plan.get("control"), plan.get("twin"),
+                confidence=stats_cfg["confidence"], resamples=stats_cfg["bootstrap_resamples"],
+                seed=stats_cfg["seed"])
+        except LadderError as exc:
+            missing.append({"file": f"bench {doc.get('quant')}/{doc.get('workload')}",
+                            "problem": str(exc)})
+            continue
+        summary["model"] = doc["model"]
+        summary["rung_status"] = doc["rungs"]
+        summary["rounds"] = doc["rounds"]
+        summary["seed"] = doc["seed"]
+        summary["orders"] = doc["orders"]
+        summary["workload_spec"] = doc["workload_spec"]
+        cells.append(summary)
+    cells.sort(key=lambda c: (c["model"]["model"], c["quant"], c["workload"], c["threads"]))
+
+    rungs = []
+    for pr in plan["rungs"]:
+        b = build_docs.get(pr["build_key"])
+        st = rung_status(pr, b, ev_docs, cells)
+        rungs.append({**pr, **st,
+                      "build": {k: (b or {}).get(k) for k in
+                                ("status", "reason", "log", "configure_wall_s", "build_wall_s",
+                                 "ccache", "material")} if b else None})
+
+    evidence_by_quant: dict[str, dict[str, Any]] = {}
+    for ev in ev_docs:
+        evidence_by_quant.setdefault(ev.get("quant", "?"), {})[ev.get("rung", "?")] = ev
+
+    return {
+        "format": FORMAT,
+        "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "ladder": plan["ladder"], "ladder_order": plan["ladder_order"],
+        "control": plan.get("control"), "twin": plan.get("twin"),
+        "provenance": {
+            "source": {k: src.get(k) for k in ("identity", "source_id", "upstream_commit",
+                                               "upstream_commit_verified")},
+            "host": host_doc,
+            "quantizer_build_key": plan.get("quantizer_build_key"),
+            "models": model_docs,
+            "stats": dict(stats_cfg),
+        },
+        "rungs": rungs,
+        "evidence": evidence_by_quant,
+        "cells": cells,
+        "missing": missing,
+    }
+
+
+def _fmt_tps(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.1f}" if x < 1000 else f"{x:.0f}"
+
+
+def render_md(doc: Mapping[str, Any], template: str) -> str:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(Path(template).parent)),
+        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["tps"] = _fmt_tps
+    env.filters["pct"] = lambda x: "-" if x is None else f"{x * 100:.1f} %"
+    env.filters["mib"] = lambda d: ", ".join(f"{k} {v:.2f} MiB" for k, v in d.items()) or "-"
+    return env.get_template(Path(template).name).render(doc=doc)
+
+
+def write_report(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: str,
+                 host: str, builds: Sequence[str], models: Sequence[str],
+                 evidence: Sequence[str], bench: Sequence[str], template: str, out_md: str,
+                 out_json: str) -> None:
+    doc = build_doc(plan=plan, stats_cfg=stats_cfg, source=source, host=host, builds=builds,
+                    models=models, evidence=evidence, bench=bench)
+    atomic_write_json(out_json, doc)
+    atomic_write_text(out_md, render_md(doc, template))
+
+
+def write_rung_card(*, rung: Mapping[str, Any], inputs: Sequence[str], out_json: str) -> None:
+    """A single rung's build and evidence, for `snakemake results/rungs/<rung>.json`."""
+    docs = [read_json(p) for p in inputs]
+    build = next((d for d in docs if d.get("format", "").startswith("ladder-build")), None)
+    ev = [d for d in docs if d.get("format", "").startswith("ladder-evidence")]
+    atomic_write_json(out_json, {
+        "format": "ladder-rung/1", "rung": dict(rung),
+        "build": {k: (build or {}).get(k) for k in ("status", "reason", "log", "build_key",
+                                                    "configure_wall_s", "build_wall_s")},
+        "evidence": [{k: e.get(k) for k in ("quant", "status", "reason", "weight_buffers_mib",
+                                            "system_info", "vendor_lines", "claims")}
+                     for e in ev],
+    })

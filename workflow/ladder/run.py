@@ -1,0 +1,144 @@
+"""Run a measured tool: capture its output, its peak RSS and how it ended (exit code or signal)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+
+@dataclass
+class RunResult:
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    wall_s: float
+    peak_rss_kib: int
+    timed_out: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.returncode < 0:
+            try:
+                return signal.Signals(-self.returncode).name
+            except ValueError:
+                return f"signal {-self.returncode}"
+        return None
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    def failure(self) -> str | None:
+        if self.timed_out:
+            return f"timed out after {self.wall_s:.0f} s"
+        if self.signal_name:
+            return f"killed by {self.signal_name}"
+        if self.returncode != 0:
+            tail = [ln for ln in self.stderr.strip().splitlines() if ln.strip()][-1:] or [""]
+            return f"exit code {self.returncode}: {tail[0][:300]}"
+        return None
+
+
+def run(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    timeout_s: float | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+) -> RunResult:
+    """Run without a shell (config values never meet a shell), in its own process group."""
+    full_env = {**os.environ, **(env or {})}
+    stdout_path = Path(os.environ.get("TMPDIR", "/tmp"))
+    start = time.monotonic()
+    with (
+        open(os.devnull, "rb") as devnull,
+        _tmpfile(stdout_path) as out,
+        _tmpfile(stdout_path) as err,
+    ):
+        proc = subprocess.Popen(
+            list(argv), stdin=devnull, stdout=out, stderr=err, env=full_env, cwd=cwd,
+            start_new_session=True,
+        )
+        timed_out = False
+        deadline = None if timeout_s is None else start + timeout_s
+        status = 0
+        rusage = None
+        while True:
+            pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                timed_out = True
+                _kill_group(proc.pid)
+                _, status, rusage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.02)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        _kill_group(proc.pid)  # no helper process outlives the run
+        wall = time.monotonic() - start
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+    return RunResult(
+        argv=list(argv), returncode=proc.returncode, stdout=stdout, stderr=stderr, wall_s=wall,
+        peak_rss_kib=int(rusage.ru_maxrss) if rusage else 0, timed_out=timed_out,
+        env=dict(env or {}),
+    )
+
+
+class _tmpfile:
+    def __init__(self, directory: Path) -> None:
+        import tempfile
+
+        self._f = tempfile.TemporaryFile(dir=directory)
+
+    def __enter__(self):  # type: ignore[no-untyped-def]
+        return self._f
+
+    def __exit__(self, *exc: object) -> None:
+        self._f.close()
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+FRAME0 = re.compile(r"^#0\s+(?:0x[0-9a-f]+ in )?(?P<sym>.+?) \(", re.M)
+GDB_SIGNAL = re.compile(r"received signal (?P<sig>SIG[A-Z0-9]+)")
+
+
+def diagnose_crash(
+    argv: Sequence[str], env: Mapping[str, str] | None = None, timeout_s: float = 600
+) -> dict[str, str | None]:
+    """Rerun a crashing command under gdb (batch) to name the signal and the faulting symbol."""
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        return {"method": None, "signal": None, "symbol": None,
+                "note": "gdb not installed: faulting symbol unknown"}
+    res = run(
+        [gdb, "-nx", "-batch", "-ex", "set pagination off", "-ex", "set confirm off",
+         "-ex", "run", "-ex", "bt 8", "-ex", "x/i $pc", "-ex", "kill", "--args", *argv],
+        env=env, timeout_s=timeout_s,
+    )
+    text = res.stdout + "\n" + res.stderr
+    sig = GDB_SIGNAL.search(text)
+    frame = FRAME0.search(text)
+    insn = re.search(r"=> 0x[0-9a-f]+ <[^>]+>:\s*(?P<insn>.+)", text)
+    return {
+        "method": "gdb -batch",
+        "signal": sig.group("sig") if sig else None,
+        "symbol": frame.group("sym").strip() if frame else None,
+        "instruction": insn.group("insn").strip() if insn else None,
+        "backtrace": "\n".join(ln for ln in text.splitlines() if ln.startswith("#"))[:4000],
+    }

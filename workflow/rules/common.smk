@@ -1,0 +1,81 @@
+# Input functions and the plan of the run, computed once from the validated config.
+import os
+import sys
+
+sys.path.insert(0, os.path.join(workflow.basedir, "workflow"))
+
+from ladder.plan import Plan, code_hash  # noqa: E402
+
+PLAN = Plan.from_config(config)
+R = PLAN.resources_dir
+
+
+wildcard_constraints:
+    build_key="[0-9a-f]{16}",
+    source_id="[0-9a-f]{16}",
+    rung="[a-z][a-z0-9_]*",
+    threads="[0-9]+",
+
+
+def source_json(wildcards=None):
+    return f"{R}/sources/{PLAN.source_id}/source.json"
+
+
+def provenance(build_key):
+    return f"results/builds/{build_key}/provenance.json"
+
+
+def rung_provenance(wildcards):
+    return provenance(PLAN.build_keys[wildcards.rung])
+
+
+def model_meta(model, quant):
+    if PLAN.is_base_quant(model, quant):
+        return f"{R}/models/{model}/{model}.json"
+    return f"results/models/{model}/{quant}.json"
+
+
+def evidence_model(wildcards):
+    return model_meta(wildcards.model, wildcards.quant)
+
+
+def bench_inputs(wildcards):
+    return {
+        "model": model_meta(wildcards.model, wildcards.quant),
+        "builds": [provenance(PLAN.build_keys[r.name]) for r in PLAN.applicable],
+    }
+
+
+def rung_params(wildcards):
+    return PLAN.bench_rungs()
+
+
+def report_inputs(wildcards):
+    return {
+        "source": source_json(),
+        "host": "results/host.json",
+        "builds": sorted(
+            {provenance(PLAN.build_keys[r.name]) for r in PLAN.applicable}
+        ),
+        "models": [model_meta(m, q) for m, q in PLAN.model_quants()],
+        "evidence": [
+            f"results/evidence/{m}/{q}/{r.name}.json"
+            for m, q in PLAN.model_quants()
+            for r in PLAN.applicable
+        ],
+        "bench": [
+            f"results/bench/{m}/{q}/{w}/t{t}.json" for m, q, w, t in PLAN.cells()
+        ],
+    }
+
+
+def rung_target_inputs(wildcards):
+    if wildcards.rung not in PLAN.build_keys:
+        raise ValueError(
+            f"rung {wildcards.rung!r} is not in ladder {PLAN.ladder_name} "
+            f"({', '.join(PLAN.build_keys)})"
+        )
+    return [rung_provenance(wildcards)] + [
+        f"results/evidence/{m}/{q}/{wildcards.rung}.json"
+        for m, q in PLAN.model_quants()
+    ]
