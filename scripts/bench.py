@@ -13,5 +13,5 @@ run_step(snakemake, lambda: measure(
     workload=snakemake.params.workload, threads=int(snakemake.wildcards.threads), rungs=rungs,
     model_meta=snakemake.input.model, rounds=m["rounds"], reps=m["repetitions"], seed=m["seed"],
     warmup=m["warmup"], timeout_s=m["timeout_s"], raw_dir=snakemake.output.raw,
-    out_json=snakemake.output.samples, log=snakemake.log[0],
+    out_json=snakemake.output.samples, log=snakemake.log[0], warmup_rounds=m["warmup_rounds"],
 ))

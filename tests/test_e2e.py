@@ -82,7 +82,9 @@ def test_every_sample_traces_to_a_raw_file(report, run_dir):
             assert s["tokens_per_s"] in [float(x) for x in raw[0]["samples_ts"]]
             assert s["peak_rss_kib"] > 100_000 and s["thp"] is not None
         orders = doc["orders"]
-        assert len(orders) == 3 and all(sorted(o) == sorted(orders[0]) for o in orders)
+        assert len(orders) == doc["warmup_rounds"] + doc["rounds"] == 1 + 3
+        assert all(sorted(o) == sorted(orders[0]) for o in orders)
+        assert {s["round"] for s in doc["samples"] if s["warmup"]} == {0}
 
 
 def test_noise_floor_and_verdicts(report):
@@ -106,7 +108,7 @@ def test_evidence_no_marker_no_claim(report):
     assert native["weight_buffers_mib"]["CPU_REPACK"] > 0
     assert native["compiled_features"]["AVX2"] == "1"
     assert {c["mechanism"]: c["credited"] for c in native["claims"]} == {
-        "native_isa": True, "repack": True}
+        "native_isa": True, "repack": True, "no_amx": True}
     assert native["repacked_layouts"]  # DEBUG lines name the layouts (q4_0_8x8 on AVX2 hosts)
 
 

@@ -26,3 +26,8 @@ def run_step(snakemake: Any, step: Callable[[], object]) -> None:
                 f.write(msg + "\n" + traceback.format_exc())
         print(msg, file=sys.stderr)
         sys.exit(1)
+    except Exception:
+        if log_path:  # an unexpected failure still leaves its traceback in the rule's log
+            with open(log_path, "a") as f:
+                f.write(traceback.format_exc())
+        raise

@@ -45,7 +45,9 @@ def bench_argv(bin_dir: str, model: str, workload: Mapping[str, int], threads: i
 def measure(*, quant: str, workload_name: str, workload: Mapping[str, int], threads: int,
             rungs: Sequence[Mapping[str, Any]], model_meta: str, rounds: int, reps: int,
             seed: int, warmup: bool, timeout_s: float, raw_dir: str, out_json: str,
-            log: str) -> dict[str, Any]:
+            log: str, warmup_rounds: int = 1) -> dict[str, Any]:
+    """Run ``warmup_rounds + rounds`` interleaved rounds; warmup-round samples are kept but
+    flagged (``"warmup": true``) and never enter the statistics."""
     model = read_json(model_meta)
     raw = Path(raw_dir)
     raw.mkdir(parents=True, exist_ok=True)
@@ -64,7 +66,7 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, int], thre
         status[r["name"]] = entry
     if not active:
         raise LadderError(f"bench {quant}/{workload_name}/t{threads}: no rung built successfully")
-    orders = round_orders(active, rounds, seed)
+    orders = round_orders(active, warmup_rounds + rounds, seed)
     brief = host_brief()
     samples: list[dict[str, Any]] = []
     by_name = {r["name"]: r for r in rungs}
@@ -95,6 +97,7 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, int], thre
                 for rep, (ts, ns) in enumerate(zip(rec["samples_ts"], rec["samples_ns"])):
                     samples.append({
                         "rung": name, "round": rnd, "order": pos, "rep": rep,
+                        "warmup": rnd < warmup_rounds,
                         "build_key": status[name]["build_key"], "n_threads": rec["n_threads"],
                         "n_prompt": rec["n_prompt"], "n_gen": rec["n_gen"],
                         "n_depth": rec.get("n_depth", 0), "tokens_per_s": float(ts),
@@ -108,7 +111,8 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, int], thre
         "format": FORMAT, "quant": quant, "workload": workload_name, "workload_spec": dict(workload),
         "threads": threads, "model": {k: model.get(k) for k in
                                        ("model", "quant", "sha256", "requantized", "size_bytes")},
-        "rounds": rounds, "repetitions": reps, "seed": seed, "warmup": warmup,
+        "rounds": rounds, "warmup_rounds": warmup_rounds, "repetitions": reps, "seed": seed,
+        "warmup": warmup,
         "orders": orders, "host": brief, "rungs": status, "samples": samples,
     }
     atomic_write_json(out_json, doc)

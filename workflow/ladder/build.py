@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from ladder.errors import LadderError
 from ladder.io import atomic_write_json, read_json
+from ladder.recipes import GGML_CPU_FLAGS_CMAKE
 
 FORMAT = "ladder-build/1"
 
@@ -40,6 +41,9 @@ def cmake_configure_argv(
     if recipe["cflags"]:
         flags = " ".join(recipe["cflags"])
         argv += [f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}"]
+    if recipe.get("cpu_cflags"):
+        argv += [f"-DCMAKE_PROJECT_ggml_INCLUDE={GGML_CPU_FLAGS_CMAKE}",
+                 f"-DLADDER_GGML_CPU_FLAGS={' '.join(recipe['cpu_cflags'])}"]
     if use_ccache:
         argv += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache",
                  "-DGGML_CCACHE=OFF"]
@@ -73,7 +77,7 @@ def _failure_reason(log_text: str, stage: str) -> str:
 
 ARCH_LINES = re.compile(
     r"^-- (?:Adding CPU backend variant.*|x86 detected|ARM detected.*|ARM feature .*|"
-    r"Using KleidiAI.*|.*GGML_[A-Z0-9_]+ .*|Including CPU backend)$", re.M
+    r"Using KleidiAI.*|.*GGML_[A-Z0-9_]+ .*|Including CPU backend|ladder: .*)$", re.M
 )
 
 

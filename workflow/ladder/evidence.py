@@ -79,6 +79,7 @@ def analyse_log(log: str, markers: Sequence[Marker], crash: str | None) -> dict[
         "kleidiai_primary": parse.kleidiai_primary(log),
         "kleidiai_unaccelerated_types": parse.kleidiai_unaccelerated_types(log),
         "repacked_layouts": parse.repacked_layouts(log),
+        "amx_repacked_types": parse.amx_repacked_types(log),
         "buffer_fallbacks": parse.buffer_fallbacks(log),
         "claims": judge_claims(markers, buffers, features, log, crash),
     }
@@ -94,6 +95,7 @@ def collect(*, rung: Mapping[str, Any], markers: Sequence[Marker], provenance: s
         "format": FORMAT, "rung": rung["name"], "quant": model["quant"],
         "build_key": prov.get("build_key"), "model_sha256": model["sha256"],
         "requantized": model.get("requantized", False), "runtime": dict(rung["runtime"]),
+        "status": None, "reason": None,
     }
     if prov.get("status") != "ok":
         record.update(status="build_failed", reason=prov.get("reason"), build_log=prov.get("log"))

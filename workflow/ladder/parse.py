@@ -16,6 +16,7 @@ SYSTEM_INFO = re.compile(r"^system_info:.*$", re.M)
 VENDOR = re.compile(r"^(?P<line>(?:kleidiai|amx|AMX)[: ].*)$", re.M)
 KLEIDIAI_PRIMARY = re.compile(r"^kleidiai: primary (?P<kind>\w+) kernel feature (?P<feat>\w+)", re.M)
 REPACK_TENSOR = re.compile(r"^repack: repack tensor (?P<tensor>\S+) with (?P<layout>\S+)", re.M)
+AMX_REPACK = re.compile(r"amx repack tensor (?P<tensor>\S+) of type (?P<type>\S+)", re.M)
 NO_KERNEL = re.compile(r"^kleidiai: no kernel for tensor type (?P<type>[^\s,]+)", re.M)
 CANNOT_USE = re.compile(
     r"tensor '(?P<tensor>[^']+)' \((?P<type>[^)]+)\) \(and (?P<others>\d+) others\) cannot be used "
@@ -32,25 +33,38 @@ def clean(log: str) -> str:
     return LINE_PREFIX.sub("", log)
 
 
+LOAD_START = re.compile(r"^llama_model_loader: loaded meta data", re.M)
+
+
+def load_segments(log: str) -> list[str]:
+    """The log split at each model load (llama-completion's no-alloc "fit" pass is one)."""
+    text = clean(log)
+    starts = [m.start() for m in LOAD_START.finditer(text)]
+    if len(starts) <= 1:
+        return [text]
+    return [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
+
+
 def buffer_loads(log: str) -> list[dict[str, float]]:
-    """Every model load's weight buffers; a repeated buffer name starts the next load."""
+    """Every model load's weight buffers (within a segment, a repeated name starts a new load)."""
     loads: list[dict[str, float]] = []
-    current: dict[str, float] = {}
-    for m in BUFFER.finditer(clean(log)):
-        name, mib = m.group("name"), float(m.group("mib"))
-        if name in current:
+    for segment in load_segments(log):
+        current: dict[str, float] = {}
+        for m in BUFFER.finditer(segment):
+            name, mib = m.group("name"), float(m.group("mib"))
+            if name in current:
+                loads.append(current)
+                current = {}
+            current[name] = mib
+        if current:
             loads.append(current)
-            current = {}
-        current[name] = mib
-    if current:
-        loads.append(current)
     return loads
 
 
 def weight_buffers(log: str) -> dict[str, float]:
     """Weight buffer types and sizes (MiB) of the first real model load in a log.
 
-    llama-completion first runs a no-alloc "fit" load that prints 0.00 MiB for every buffer;
+    llama-completion first runs a no-alloc "fit" load that prints 0.00 MiB for its buffers;
     llama-bench reloads per parameter set. The first load with a non-zero size is the one.
     """
     loads = buffer_loads(log)
@@ -66,14 +80,15 @@ def system_info_features(log: str) -> dict[str, str]:
     if not m:
         return {}
     feats: dict[str, str] = {}
+    in_backend = False
     for part in m.group(0).split("|"):
         key, eq, value = part.partition("=")
+        if ":" in key:  # "CPU : SSE3" starts a backend's features; "system_info: n_threads" not
+            prefix, _, key = key.rpartition(":")
+            in_backend = not prefix.strip().startswith("system_info")
         key = key.strip()
-        if not eq or not key:
-            continue
-        if ":" in key:  # "CPU : SSE3" -> "SSE3"
-            key = key.split(":")[-1].strip()
-        feats[key] = value.strip()
+        if in_backend and eq and key:
+            feats[key] = value.strip()
     return feats
 
 
@@ -101,6 +116,11 @@ def kleidiai_unaccelerated_types(log: str) -> list[str]:
 def repacked_layouts(log: str) -> dict[str, int]:
     """At DEBUG verbosity: how many tensors were repacked into each layout (q4_0_8x8 …)."""
     return dict(Counter(m.group("layout") for m in REPACK_TENSOR.finditer(clean(log))))
+
+
+def amx_repacked_types(log: str) -> dict[str, int]:
+    """At DEBUG verbosity: how many tensors of each type the AMX buffer repacked."""
+    return dict(Counter(m.group("type") for m in AMX_REPACK.finditer(clean(log))))
 
 
 def buffer_fallbacks(log: str) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ rungs with the same recipe share one build, and switching a recipe back finds th
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import re
@@ -22,6 +23,12 @@ from ladder.errors import LadderError
 from ladder.io import canonical_hash
 
 BUILD_KEY_VERSION = 1
+# Applies Recipe.cpu_cflags to the ggml-cpu target only (see the file's own comment).
+GGML_CPU_FLAGS_CMAKE = Path(__file__).resolve().parent.parent / "cmake" / "ggml_cpu_flags.cmake"
+
+
+def _cpu_flags_include() -> str | None:
+    return hashlib.sha256(GGML_CPU_FLAGS_CMAKE.read_bytes()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,7 @@ class Recipe:
     cflags: tuple[str, ...]
     targets: tuple[str, ...]
     build_type: str
+    cpu_cflags: tuple[str, ...] = ()
 
     @property
     def native(self) -> bool:
@@ -82,6 +90,7 @@ class Recipe:
         return {
             "cmake": dict(sorted(self.cmake.items())),
             "cflags": list(self.cflags),
+            "cpu_cflags": list(self.cpu_cflags),
             "targets": sorted(self.targets),
             "build_type": self.build_type,
         }
@@ -124,6 +133,7 @@ def _recipe(entry: Mapping[str, Any], build_cfg: Mapping[str, Any], where: str) 
         cflags=tuple(str(f) for f in entry.get("cflags", [])),
         targets=tuple(build_cfg["targets"]),
         build_type=str(build_cfg.get("build_type", "Release")),
+        cpu_cflags=tuple(str(f) for f in entry.get("cpu_cflags", [])),
     )
 
 
@@ -283,26 +293,21 @@ def native_target() -> dict[str, str]:
     return {"flag": flag, "resolved": arch, "fingerprint": canonical_hash(sorted(mflags), 16)}
 
 
-def build_key(recipe: Recipe, source_id: str) -> str:
-    """Hash of everything that changes the binary; equal recipes share one build."""
-    material = {
-        "v": BUILD_KEY_VERSION,
-        "source": source_id,
-        "recipe": recipe.as_dict(),
-        "compiler": compiler_identity(),
-        "native_target": native_target() if recipe.native else None,
-    }
-    return canonical_hash(material, 16)
-
-
 def build_key_material(recipe: Recipe, source_id: str) -> dict[str, Any]:
+    """Everything that changes the binary; its hash is the build key."""
     return {
         "build_key_version": BUILD_KEY_VERSION,
         "source_id": source_id,
         "recipe": recipe.as_dict(),
         "compiler": compiler_identity(),
         "native_target": native_target() if recipe.native else None,
+        "cpu_flags_include": _cpu_flags_include() if recipe.cpu_cflags else None,
     }
+
+
+def build_key(recipe: Recipe, source_id: str) -> str:
+    """Hash of everything that changes the binary; equal recipes share one build."""
+    return canonical_hash(build_key_material(recipe, source_id), 16)
 
 
 # --- applicability ---------------------------------------------------------------------------

@@ -28,24 +28,47 @@ def _load_all(paths: Sequence[str], missing: list[dict[str, str]]) -> list[dict[
 def rung_status(plan_rung: Mapping[str, Any], build: Mapping[str, Any] | None,
                 evidence: Sequence[Mapping[str, Any]], cells: Sequence[Mapping[str, Any]],
                 ) -> dict[str, Any]:
-    """Overall status of a rung: not_applicable, build_failed, crashed, failed or ok."""
+    """Overall status of a rung (not_applicable, build_failed, crashed, failed or ok), with
+    the cells in which it was measured: a rung can crash in one phase and run in another."""
     name = plan_rung["name"]
+    measured = [f"{c['quant']}/{c['workload']}/t{c['threads']}" for c in cells
+                if c.get("rung_status", {}).get(name, {}).get("status") == "measured"]
     if plan_rung.get("not_applicable"):
-        return {"status": "not_applicable", "reason": plan_rung["not_applicable"], "log": None}
+        return {"status": "not_applicable", "reason": plan_rung["not_applicable"], "log": None,
+                "measured_in": []}
     if build is None:
-        return {"status": "unknown", "reason": "no build provenance found", "log": None}
+        return {"status": "unknown", "reason": "no build provenance found", "log": None,
+                "measured_in": []}
     if build.get("status") != "ok":
-        return {"status": "build_failed", "reason": build.get("reason"), "log": build.get("log")}
+        return {"status": "build_failed", "reason": build.get("reason"), "log": build.get("log"),
+                "measured_in": []}
+    problems = []
     for ev in evidence:
         if ev.get("rung") == name and ev.get("status") in {"crashed", "failed"}:
-            return {"status": ev["status"], "reason": f"{ev.get('reason')} (evidence run, "
-                    f"{ev.get('quant')})", "log": ev.get("raw_log")}
+            problems.append((ev["status"], f"{ev.get('reason')} (evidence run, {ev.get('quant')})",
+                             ev.get("raw_log")))
     for cell in cells:
         st = cell.get("rung_status", {}).get(name, {})
         if st.get("status") in {"crashed", "failed"}:
-            return {"status": st["status"], "reason": f"{st.get('reason')} (llama-bench, "
-                    f"{cell['quant']}/{cell['workload']})", "log": st.get("raw")}
-    return {"status": "ok", "reason": None, "log": build.get("log")}
+            problems.append((st["status"], f"{st.get('reason')} (llama-bench, {cell['quant']}/"
+                             f"{cell['workload']}/t{cell['threads']})", st.get("raw")))
+    if problems:
+        status, reason, log = problems[0]
+        more = f"; {len(problems) - 1} more" if len(problems) > 1 else ""
+        return {"status": status, "reason": reason + more, "log": log, "measured_in": measured,
+                "problems": [{"status": p[0], "reason": p[1], "log": p[2]} for p in problems]}
+    return {"status": "ok", "reason": None, "log": build.get("log"), "measured_in": measured}
+
+
+def credit_line(ev: Mapping[str, Any] | None) -> str:
+    """What the rung's own evidence lets us credit: "no marker, no claim"."""
+    if not ev:
+        return "no evidence run: nothing credited"
+    claims = ev.get("claims") or []
+    if not claims:
+        return "no markers declared: nothing credited"
+    return "; ".join(f"{c['mechanism']} {'credited' if c['credited'] else c['verdict']}"
+                     for c in claims)
 
 
 def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: str, host: str,
@@ -73,6 +96,7 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
         summary["model"] = doc["model"]
         summary["rung_status"] = doc["rungs"]
         summary["rounds"] = doc["rounds"]
+        summary["warmup_rounds"] = doc.get("warmup_rounds", 0)
         summary["seed"] = doc["seed"]
         summary["orders"] = doc["orders"]
         summary["workload_spec"] = doc["workload_spec"]
@@ -91,6 +115,9 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
     evidence_by_quant: dict[str, dict[str, Any]] = {}
     for ev in ev_docs:
         evidence_by_quant.setdefault(ev.get("quant", "?"), {})[ev.get("rung", "?")] = ev
+    for cell in cells:
+        for step in cell["steps"] + cell["vs_floor"]:
+            step["credit"] = credit_line(evidence_by_quant.get(cell["quant"], {}).get(step["rung"]))
 
     return {
         "format": FORMAT,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -65,7 +66,7 @@ def run(
     ):
         proc = subprocess.Popen(
             list(argv), stdin=devnull, stdout=out, stderr=err, env=full_env, cwd=cwd,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=_no_core_dumps,
         )
         timed_out = False
         deadline = None if timeout_s is None else start + timeout_s
@@ -92,6 +93,11 @@ def run(
         peak_rss_kib=int(rusage.ru_maxrss) if rusage else 0, timed_out=timed_out,
         env=dict(env or {}),
     )
+
+
+def _no_core_dumps() -> None:
+    # A crashing rung must not write a core dump while the next rung is being measured.
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
 class _tmpfile:

@@ -155,7 +155,7 @@ def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str |
                    seed: int = 0) -> dict[str, Any]:
     """Per-rung summaries, the noise floor, and step verdicts for one measured cell."""
     check_combinable(doc)
-    samples = doc["samples"]
+    samples = [s for s in doc["samples"] if not s.get("warmup")]
     measured = {s["rung"] for s in samples}
     names = list(ladder) + ([control] if control else [])
     rungs = {n: rung_summary(samples, n, confidence, resamples, seed) for n in names}
