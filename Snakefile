@@ -1,12 +1,16 @@
-from snakemake.utils import min_version, validate
+import sys
+
+from snakemake.utils import min_version
 
 min_version("9.0")
+sys.path.insert(0, f"{workflow.basedir}/workflow")
+from ladder.config import validate_config
 
 
 configfile: "config/config.yaml"
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
+validate_config(config, f"{workflow.basedir}/workflow/schemas/config.schema.yaml")
 
 
 include: "workflow/rules/common.smk"

@@ -1,10 +1,7 @@
 # Input functions and the plan of the run, computed once from the validated config.
 import os
-import sys
 
-sys.path.insert(0, os.path.join(workflow.basedir, "workflow"))
-
-from ladder.plan import Plan, code_hash  # noqa: E402
+from ladder.plan import Plan, code_hash
 
 PLAN = Plan.from_config(config)
 R = PLAN.resources_dir
