@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -77,3 +78,17 @@ def test_no_gdb_is_said_plainly(monkeypatch, crasher):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     diag = diagnose_crash([crasher])
     assert diag["symbol"] is None and "gdb not installed" in diag["note"]
+
+
+def test_frame_symbols_from_real_gdb_frames(fixture_text):
+    """Frame #0 as gdb 13 printed it for the AMX rung's SIGILL on this VM (Q4_0 and Q8_0)."""
+    from ladder.run import FRAME0, frame_symbol
+
+    def frame0(name: str) -> str:
+        bt = json.loads(fixture_text(f"x86_64/evidence-amx-{name}.crash.json"))["crash"]["backtrace"]
+        return FRAME0.search(bt).group("frame")
+
+    assert frame_symbol(frame0("q8_0")) == (
+        "(anonymous namespace)::tinygemm_kernel_amx<block_q8_0, block_q8_0, float, 32, 0>")
+    assert frame_symbol(frame0("q4_0")) == "ggml_backend_amx_mul_mat::{lambda}"
+    assert frame_symbol("ladder_test_faulting_kernel () at c.c:2") == "ladder_test_faulting_kernel"

@@ -32,9 +32,12 @@ def test_ratio_ci_is_geometric_and_brackets_the_estimate():
     assert r.lo > 1.0
 
 
-def test_noise_floor_is_the_largest_control_deviation():
-    assert stats.noise_floor([1.01, 0.98, 1.005]) == pytest.approx(0.02)
-    assert stats.noise_floor([1.0]) is None
+def test_noise_floor_is_the_control_ratio_ci_reach():
+    ct = stats.ratio_ci([1.01, 0.98, 1.005, 0.99], resamples=2000, seed=1)
+    floor = stats.noise_floor(ct)
+    assert floor == pytest.approx(max(1 - ct.lo, ct.hi - 1))
+    assert 0 < floor <= stats.max_round_deviation([1.01, 0.98, 1.005, 0.99]) == pytest.approx(0.02)
+    assert stats.noise_floor(stats.ratio_ci([1.0])) is None
 
 
 def test_verdict_needs_significance_and_the_floor():

@@ -92,7 +92,7 @@ def collect(*, rung: Mapping[str, Any], markers: Sequence[Marker], provenance: s
     prov = read_json(provenance)
     model = read_json(model_meta)
     record: dict[str, Any] = {
-        "format": FORMAT, "rung": rung["name"], "quant": model["quant"],
+        "format": FORMAT, "rung": rung["name"], "quant": model["quant"].lower(),
         "build_key": prov.get("build_key"), "model_sha256": model["sha256"],
         "requantized": model.get("requantized", False), "runtime": dict(rung["runtime"]),
         "status": None, "reason": None,

@@ -114,7 +114,7 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
 
     evidence_by_quant: dict[str, dict[str, Any]] = {}
     for ev in ev_docs:
-        evidence_by_quant.setdefault(ev.get("quant", "?"), {})[ev.get("rung", "?")] = ev
+        evidence_by_quant.setdefault(str(ev.get("quant", "?")).lower(), {})[ev.get("rung", "?")] = ev
     for cell in cells:
         for step in cell["steps"] + cell["vs_floor"]:
             step["credit"] = credit_line(evidence_by_quant.get(cell["quant"], {}).get(step["rung"]))

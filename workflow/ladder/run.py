@@ -120,7 +120,33 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-FRAME0 = re.compile(r"^#0\s+(?:0x[0-9a-f]+ in )?(?P<sym>.+?) \(", re.M)
+FRAME0 = re.compile(r"^#0\s+(?:0x[0-9a-f]+ in )?(?P<frame>.+)$", re.M)
+
+
+RETURN_TYPE = re.compile(r"^(?:static |const |unsigned )*(?:void|bool|int|float|double|char|long)\*? ")
+
+
+def frame_symbol(frame: str) -> str:
+    """The function of a gdb frame line: no return type, arguments or location.
+
+    gdb prints templates with their return type first ("void (anonymous namespace)::f<T>(args)
+    () from lib") and lambdas inside their enclosing function ("f(args)::{lambda(int)#4}::...").
+    """
+    text = frame.replace("(anonymous namespace)", "{anon}")
+    text = RETURN_TYPE.sub("", text)
+    depth, cut = 0, len(text)
+    for i, ch in enumerate(text):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch in "( " and depth == 0:
+            cut = i
+            break
+    name = text[:cut].replace("{anon}", "(anonymous namespace)")
+    return name + ("::{lambda}" if "{lambda" in text else "")
+
+
 GDB_SIGNAL = re.compile(r"received signal (?P<sig>SIG[A-Z0-9]+)")
 
 
@@ -144,7 +170,7 @@ def diagnose_crash(
     return {
         "method": "gdb -batch",
         "signal": sig.group("sig") if sig else None,
-        "symbol": frame.group("sym").strip() if frame else None,
+        "symbol": frame_symbol(frame.group("frame")) if frame else None,
         "instruction": insn.group("insn").strip() if insn else None,
         "backtrace": "\n".join(ln for ln in text.splitlines() if ln.startswith("#"))[:4000],
     }

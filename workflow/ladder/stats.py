@@ -70,11 +70,21 @@ def ratio_ci(ratios: Sequence[float], confidence: float = 0.95, resamples: int =
     return RatioEstimate(est, lo, hi, n, [float(r) for r in ratios], confidence)
 
 
-def noise_floor(control_vs_twin: Sequence[float]) -> float | None:
-    """Largest relative deviation of the control from its twin in any round."""
-    if len(control_vs_twin) < 2:
+def noise_floor(control_vs_twin: RatioEstimate) -> float | None:
+    """How far from 1 the same build measured under two labels can land, at this sample size.
+
+    The control/twin ratio is estimated exactly like every rung ratio (geometric mean of the
+    per-round ratios, bootstrap CI); the floor is the largest deviation from 1 inside that CI.
+    A rung ratio whose estimate lies inside the floor is indistinguishable from relabelling.
+    """
+    if control_vs_twin.lo is None or control_vs_twin.hi is None or control_vs_twin.n < 2:
         return None
-    return float(max(abs(r - 1.0) for r in control_vs_twin))
+    return float(max(abs(control_vs_twin.lo - 1.0), abs(control_vs_twin.hi - 1.0)))
+
+
+def max_round_deviation(ratios: Sequence[float]) -> float | None:
+    """The largest single-round deviation of the control from its twin (reported, not used)."""
+    return float(max(abs(r - 1.0) for r in ratios)) if ratios else None
 
 
 def fmt_ratio(x: float) -> str:
@@ -162,10 +172,12 @@ def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str |
 
     floor_est = None
     floor = None
+    max_dev = None
     if control and twin and control in measured and twin in measured:
         ct = paired_ratios(samples, twin, control)
         floor_est = ratio_ci(ct, confidence, resamples, seed)
-        floor = noise_floor(ct)
+        floor = noise_floor(floor_est)
+        max_dev = max_round_deviation(ct)
 
     def compare(base: str, other: str, kind: str) -> dict[str, Any]:
         r = ratio_ci(paired_ratios(samples, base, other), confidence, resamples, seed)
@@ -185,6 +197,8 @@ def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str |
         "quant": doc["quant"], "workload": doc["workload"], "threads": doc["threads"],
         "rungs": rungs,
         "noise_floor": {"control": control, "twin": twin, "floor": floor,
+                        "definition": "largest |x-1| within the control/twin ratio's CI",
+                        "max_round_deviation": max_dev,
                         "control_vs_twin": asdict(floor_est) if floor_est else None},
         "steps": steps, "vs_floor": vs_floor,
     }

@@ -5,6 +5,8 @@ rule build:
         provenance="results/builds/{build_key}/provenance.json",
     log:
         "logs/build/{build_key}.log",
+    benchmark:
+        "benchmarks/build/{build_key}.tsv"
     conda:
         "../../envs/ladder.yaml"
     threads: workflow.cores

@@ -24,6 +24,8 @@ rule quantize:
         meta="results/models/{model}/{quant}.json",
     log:
         "logs/quantize/{model}-{quant}.log",
+    benchmark:
+        "benchmarks/quantize/{model}-{quant}.tsv"
     conda:
         "../../envs/ladder.yaml"
     threads: workflow.cores
