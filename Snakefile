@@ -5,6 +5,7 @@ from snakemake.utils import min_version
 min_version("9.0")
 sys.path.insert(0, f"{workflow.basedir}/workflow")
 from ladder.config import validate_config
+from ladder.quality import cleanup_logits
 
 
 configfile: "config/config.yaml"
@@ -19,7 +20,12 @@ include: "workflow/rules/build.smk"
 include: "workflow/rules/model.smk"
 include: "workflow/rules/evidence.smk"
 include: "workflow/rules/bench.smk"
+include: "workflow/rules/quality.smk"
 include: "workflow/rules/report.smk"
+
+
+onsuccess:
+    cleanup_logits("results/quality/logits")
 
 
 rule all:

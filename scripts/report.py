@@ -9,6 +9,7 @@ run_step(snakemake, lambda: write_report(
     plan=snakemake.params.plan, stats_cfg=snakemake.params.stats,
     source=snakemake.input.source, host=snakemake.input.host, builds=snakemake.input.builds,
     models=snakemake.input.models, evidence=snakemake.input.evidence,
-    bench=snakemake.input.bench, template=snakemake.params.template,
+    bench=snakemake.input.bench, quality=snakemake.input.quality,
+    template=snakemake.params.template,
     out_md=snakemake.output.md, out_json=snakemake.output.json,
 ))

@@ -129,6 +129,26 @@ def test_failures_are_reported_and_the_rest_still_measures(report):
     assert rungs["floor"]["status"] == rungs["native_repack"]["status"] == "ok"
 
 
+def test_quality_drift_against_the_floor(report, run_dir):
+    q = report["quality"]["q4_0"]
+    # every rung but the control (the same build as its twin); a failed build says so
+    assert set(q) == {"floor", "native_repack", "amx", "kleidiai_x86"}
+    assert q["kleidiai_x86"]["status"] == "build_failed"
+    floor, native = q["floor"], q["native_repack"]
+    assert floor["status"] == "ok" and floor["reference"] and floor["ppl"] > 1
+    assert native["status"] == "ok" and native["kld"]["kld_mean"] >= 0
+    assert 0 < native["kld"]["same_top_p"] <= 100
+    assert native["tokens_scored"] == 2 * 32
+    assert native["drift"]["flag"] in {True, False}
+    assert "identical_to_floor" in native["probe"]
+    if has_amx():
+        assert q["amx"]["status"] in {"ok", "crashed"}
+    # the base logits are a temporary artifact: gone after a successful run
+    assert list((run_dir / "results" / "quality" / "logits").glob("*.kld")) == []
+    md = (run_dir / "results" / "report" / "ladder.md").read_text()
+    assert "## Quality drift against the floor" in md
+
+
 def test_noop_rerun_runs_nothing(run_dir):
     res = snakemake(run_dir, "-n")
     assert res.returncode == 0
@@ -149,6 +169,7 @@ def test_changing_one_rung_reruns_only_what_includes_it(run_dir, tmp_path):
     assert counts.get("build") == 1  # only the floor; native/amx/control keep their builds
     assert counts.get("evidence") == 1  # only the floor's evidence
     assert counts.get("bench") == 2  # both cells include the floor
+    assert counts.get("quality") == 4  # the floor's own, and every rung compared with it
     assert "quantize" not in counts  # the quantizer recipe is separate from the floor's
     assert "fetch_model" not in counts and "fetch_source" not in counts
 

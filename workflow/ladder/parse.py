@@ -150,3 +150,63 @@ def bench_records(text: str, source: str = "llama-bench output") -> list[dict[st
         if len(rec["samples_ts"]) != len(rec["samples_ns"]):
             raise LadderError(f"{source}: record {i} has mismatched samples_ts/samples_ns")
     return data
+
+
+# --- llama-perplexity ------------------------------------------------------------------------
+PPL_FINAL = re.compile(r"Final estimate: PPL = (?P<ppl>[0-9.]+) \+/- (?P<err>[0-9.]+)")
+PPL_CHUNK = re.compile(r"\[(?P<i>\d+)\](?P<ppl>[0-9.]+|nan|inf),")
+KLD_ROW = re.compile(
+    r"^\s*(?P<chunk>\d+)\s+(?P<ppl>[0-9.]+) ±\s+(?P<ppl_err>[0-9.]+)\s+(?P<lnr>-?[0-9.]+) ±\s+"
+    r"[0-9.]+\s+(?P<kld>[0-9.]+) ±\s+[0-9.]+\s+(?P<rms>[0-9.]+) ±\s+[0-9.]+ %\s+"
+    r"(?P<same>[0-9.]+) ±\s+[0-9.]+ %", re.M)
+TOO_SHORT = re.compile(r"you need at least (?P<need>\d+) tokens to evaluate perplexity with a "
+                       r"context of (?P<ctx>\d+)")
+KLD_STATS = {
+    "mean_ppl_q": r"Mean PPL\(Q\)\s+:\s+(?P<v>[0-9.]+) ±\s+(?P<e>[0-9.]+)",
+    "mean_ppl_base": r"Mean PPL\(base\)\s+:\s+(?P<v>[0-9.]+) ±\s+(?P<e>[0-9.]+)",
+    "ppl_ratio": r"Mean PPL\(Q\)/PPL\(base\)\s+:\s+(?P<v>[0-9.]+) ±\s+(?P<e>[0-9.]+)",
+    "kld_mean": r"Mean\s+KLD:\s+(?P<v>-?[0-9.]+) ±\s+(?P<e>[0-9.]+)",
+    "kld_max": r"Maximum KLD:\s+(?P<v>-?[0-9.]+)",
+    "kld_p999": r"99\.9%\s+KLD:\s+(?P<v>-?[0-9.]+)",
+    "kld_p99": r"99\.0%\s+KLD:\s+(?P<v>-?[0-9.]+)",
+    "kld_median": r"Median\s+KLD:\s+(?P<v>-?[0-9.]+)",
+    "same_top_p": r"Same top p:\s+(?P<v>[0-9.]+) ±\s+(?P<e>[0-9.]+) %",
+    "rms_dp": r"RMS Δp\s+:\s+(?P<v>[0-9.]+) ±\s+(?P<e>[0-9.]+) %",
+}
+
+
+def perplexity_final(text: str) -> tuple[float, float] | None:
+    """'Final estimate: PPL = X +/- Y' (stderr; may share a line with the ETA print)."""
+    m = PPL_FINAL.search(text)
+    return (float(m.group("ppl")), float(m.group("err"))) if m else None
+
+
+def perplexity_chunks(text: str) -> list[float]:
+    """The running estimate after each chunk: '[1]16.5510,[2]13.6586,…' (stdout)."""
+    return [float(m.group("ppl")) for m in PPL_CHUNK.finditer(text)]
+
+
+def kld_statistics(text: str) -> dict[str, float]:
+    """KL-divergence mode summary; '_err' keys hold the ± where llama.cpp prints one."""
+    out: dict[str, float] = {}
+    for key, pat in KLD_STATS.items():
+        m = re.search(pat, text)
+        if m:
+            out[key] = float(m.group("v"))
+            if "e" in m.groupdict() and m.group("e") is not None:
+                out[f"{key}_err"] = float(m.group("e"))
+    return out
+
+
+def kld_chunk_rows(text: str) -> list[dict[str, float]]:
+    return [{"chunk": int(m.group("chunk")), "ppl": float(m.group("ppl")),
+             "kld": float(m.group("kld")), "same_top_p": float(m.group("same"))}
+            for m in KLD_ROW.finditer(text)]
+
+
+def corpus_too_short(text: str) -> str | None:
+    m = TOO_SHORT.search(text)
+    if not m:
+        return None
+    return (f"corpus too short: llama-perplexity needs at least {m.group('need')} tokens for a "
+            f"context of {m.group('ctx')}")

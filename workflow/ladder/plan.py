@@ -155,6 +155,28 @@ class Plan:
         return [(m, q, w, t) for m, q in self.model_quants() for w in workloads
                 for t in self.threads()]
 
+    # --- quality drift ---------------------------------------------------------------------
+    @property
+    def quality_enabled(self) -> bool:
+        q = self.config.get("quality") or {}
+        return bool(q.get("enabled", False)) and bool(self.ladder_order) and (
+            self.ladder_order[0] not in self.not_applicable)
+
+    @property
+    def reference_rung(self) -> str:
+        return self.ladder_order[0]
+
+    def quality_rungs(self) -> list[str]:
+        """Every applicable rung but the control (it is the same build as its twin)."""
+        if not self.quality_enabled:
+            return []
+        return [r.name for r in self.applicable if not r.twin_of]
+
+    def corpus_id(self) -> str:
+        from ladder.io import canonical_hash
+
+        return canonical_hash(dict(self.config["quality"]["corpus"]), 16)
+
     def report_plan(self) -> dict[str, Any]:
         control = self.control
         return {
@@ -164,5 +186,7 @@ class Plan:
             "twin": control.twin_of if control else None,
             "rungs": [self.rung_summary(r) for r in self.rungs],
             "quantizer_build_key": self.quantizer_key,
+            "reference": self.reference_rung if self.quality_enabled else None,
+            "quality_tolerance": (self.config.get("quality") or {}).get("tolerance"),
             "source_id": self.source_id,
         }

@@ -11,6 +11,7 @@ import jinja2
 from ladder import stats
 from ladder.errors import LadderError
 from ladder.io import atomic_write_json, atomic_write_text, read_json
+from ladder.quality import judge_drift
 
 FORMAT = "ladder-report/1"
 
@@ -73,7 +74,7 @@ def credit_line(ev: Mapping[str, Any] | None) -> str:
 
 def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: str, host: str,
               builds: Sequence[str], models: Sequence[str], evidence: Sequence[str],
-              bench: Sequence[str]) -> dict[str, Any]:
+              bench: Sequence[str], quality: Sequence[str] = ()) -> dict[str, Any]:
     missing: list[dict[str, str]] = []
     src = (_load_all([source], missing) or [{}])[0]
     host_doc = (_load_all([host], missing) or [{}])[0]
@@ -115,9 +116,19 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
     evidence_by_quant: dict[str, dict[str, Any]] = {}
     for ev in ev_docs:
         evidence_by_quant.setdefault(str(ev.get("quant", "?")).lower(), {})[ev.get("rung", "?")] = ev
+    quality_by_quant: dict[str, dict[str, Any]] = {}
+    tolerance = plan.get("quality_tolerance") or {"ppl_rel": 0.01, "kld_mean": 0.01}
+    for q in _load_all(quality, missing):
+        quality_by_quant.setdefault(str(q.get("quant", "?")).lower(), {})[q.get("rung", "?")] = q
+    for quant, by_rung in quality_by_quant.items():
+        ref = by_rung.get(plan.get("reference") or "")
+        for rec in by_rung.values():
+            rec["drift"] = judge_drift(rec, ref, tolerance)
     for cell in cells:
         for step in cell["steps"] + cell["vs_floor"]:
             step["credit"] = credit_line(evidence_by_quant.get(cell["quant"], {}).get(step["rung"]))
+            q = quality_by_quant.get(cell["quant"], {}).get(step["rung"])
+            step["drift"] = q["drift"] if q else None
 
     return {
         "format": FORMAT,
@@ -134,6 +145,9 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
         },
         "rungs": rungs,
         "evidence": evidence_by_quant,
+        "quality": quality_by_quant,
+        "reference": plan.get("reference"),
+        "quality_tolerance": tolerance,
         "cells": cells,
         "missing": missing,
     }
@@ -160,9 +174,9 @@ def render_md(doc: Mapping[str, Any], template: str) -> str:
 def write_report(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: str,
                  host: str, builds: Sequence[str], models: Sequence[str],
                  evidence: Sequence[str], bench: Sequence[str], template: str, out_md: str,
-                 out_json: str) -> None:
+                 out_json: str, quality: Sequence[str] = ()) -> None:
     doc = build_doc(plan=plan, stats_cfg=stats_cfg, source=source, host=host, builds=builds,
-                    models=models, evidence=evidence, bench=bench)
+                    models=models, evidence=evidence, bench=bench, quality=quality)
     atomic_write_json(out_json, doc)
     atomic_write_text(out_md, render_md(doc, template))
 

@@ -63,6 +63,11 @@ def report_inputs(wildcards):
         "bench": [
             f"results/bench/{m}/{q}/{w}/t{t}.json" for m, q, w, t in PLAN.cells()
         ],
+        "quality": [
+            f"results/quality/{m}/{q}/{r}.json"
+            for m, q in PLAN.model_quants()
+            for r in PLAN.quality_rungs()
+        ],
     }
 
 
@@ -76,3 +81,24 @@ def rung_target_inputs(wildcards):
         f"results/evidence/{m}/{q}/{wildcards.rung}.json"
         for m, q in PLAN.model_quants()
     ]
+
+
+def corpus_files(wildcards=None):
+    cid = PLAN.corpus_id()
+    return {"txt": f"{R}/corpus/{cid}.txt", "meta": f"{R}/corpus/{cid}.json"}
+
+
+def quality_inputs(wildcards):
+    ref = PLAN.reference_rung
+    inputs = {
+        "build": provenance(PLAN.build_keys[wildcards.rung]),
+        "floor_build": provenance(PLAN.build_keys[ref]),
+        "model": model_meta(wildcards.model, wildcards.quant),
+        **corpus_files(),
+    }
+    if wildcards.rung != ref:
+        # the floor's small result JSON, not its logits file: see ladder/quality.py
+        inputs["floor_result"] = (
+            f"results/quality/{wildcards.model}/{wildcards.quant}/{ref}.json"
+        )
+    return inputs
