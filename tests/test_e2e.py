@@ -61,8 +61,8 @@ def test_report_structure(report, run_dir):
     assert report["ladder_order"] == ["floor", "native_repack", "amx", "kleidiai_x86"]
     assert report["control"] == "control" and report["twin"] == "native_repack"
     assert report["missing"] == []
-    assert {(c["quant"], c["workload"]) for c in report["cells"]} == {("q4_0", "pp32"),
-                                                                    ("q4_0", "tg8")}
+    assert {(c["quant"], c["workload"]) for c in report["cells"]} == {("q4_0", "pp64"),
+                                                                    ("q4_0", "tg16")}
     md = (run_dir / "results" / "report" / "ladder.md").read_text()
     assert "## Headline" in md and "## Evidence per rung" in md and "## Provenance" in md
     prov = report["provenance"]
@@ -82,7 +82,7 @@ def test_every_sample_traces_to_a_raw_file(report, run_dir):
             assert s["tokens_per_s"] in [float(x) for x in raw[0]["samples_ts"]]
             assert s["peak_rss_kib"] > 100_000 and s["thp"] is not None
         orders = doc["orders"]
-        assert len(orders) == doc["warmup_rounds"] + doc["rounds"] == 1 + 3
+        assert len(orders) == doc["warmup_rounds"] + doc["rounds"] == 1 + 4
         assert all(sorted(o) == sorted(orders[0]) for o in orders)
         assert {s["round"] for s in doc["samples"] if s["warmup"]} == {0}
 
@@ -90,12 +90,20 @@ def test_every_sample_traces_to_a_raw_file(report, run_dir):
 def test_noise_floor_and_verdicts(report):
     for cell in report["cells"]:
         nf = cell["noise_floor"]
-        assert nf["floor"] is not None and 0 <= nf["floor"] < 0.5
-        step = next(s for s in cell["steps"] if s["rung"] == "native_repack")
-        assert step["base"] == "floor"
-        # The native+repack step is large on any x86 host with AVX2: it must be called.
-        assert step["verdict"]["call"] == "faster", step["verdict"]["text"]
-        assert step["ratio"]["lo"] > 1.0
+        # The floor must exist; how large it is depends on the machine, not on the workflow.
+        assert nf["floor"] is not None and nf["floor"] >= 0
+        assert nf["control_vs_twin"]["n"] == 4
+        for s in cell["steps"] + cell["vs_floor"]:
+            v, r = s["verdict"], s["ratio"]
+            if v["call"] in {"faster", "slower"}:  # called only beyond the floor, CI clear of 1
+                assert abs(r["estimate"] - 1) > nf["floor"] and (r["lo"] > 1 or r["hi"] < 1)
+            else:
+                assert "x faster" not in v["text"] and "x slower" not in v["text"]
+    prefill = next(c for c in report["cells"] if c["workload"] == "pp64")
+    step = next(s for s in prefill["steps"] if s["rung"] == "native_repack")
+    assert step["base"] == "floor"
+    # ~20x on any x86 host with AVX2 (measured here): far beyond any plausible noise floor.
+    assert step["verdict"]["call"] == "faster", step["verdict"]["text"]
 
 
 def test_evidence_no_marker_no_claim(report):
