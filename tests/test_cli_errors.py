@@ -33,6 +33,9 @@ def dry_run(tmp_path: Path, override: dict, env: dict | None = None) -> subproce
     ({"measure": {"quants": ["Q2_K"]}}, "measure.quants: ['Q2_K'] not produced by any model"),
     ({"ladders": {"x86_64": {"control": {"name": "control", "twin": "nope"}}}},
      "control.twin: 'nope' is not a rung"),
+    ({"quality": {"ctx": 64, "chunks": 2}},
+     "quality.chunks/quality.ctx: 2 chunks of 64 score 62 tokens; llama-perplexity prints no KL "
+     "statistics under 100"),
 ])
 def test_bad_config_is_named(tmp_path, override, expected):
     res = dry_run(tmp_path, override)

@@ -87,6 +87,11 @@ class Plan:
             if unknown:
                 raise LadderError(f"measure.quants: {unknown} not produced by any model "
                                   f"(known: {sorted(known)})")
+        quality = config.get("quality") or {}
+        if quality.get("enabled"):
+            from ladder.quality import check_settings
+
+            check_settings(quality)
         return cls(config, name, rungs, sid, keys, recipes, qkey, na,
                    str(config.get("resources_dir", "resources")))
 

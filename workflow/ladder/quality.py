@@ -19,6 +19,22 @@ from ladder.io import atomic_write_json, atomic_write_text, canonical_hash, read
 from ladder.run import RunResult, run
 
 FORMAT = "ladder-quality/1"
+# tools/perplexity/perplexity.cpp: "if (kld.count < 100) return; // we do not wish to do
+# statistics on so few values" - below this, KL mode prints its per-chunk table only.
+MIN_SCORED_TOKENS = 100
+
+
+def scored_tokens(ctx: int, chunks: int) -> int:
+    """Tokens llama-perplexity scores: the second half of each chunk, less its first token."""
+    return chunks * (ctx - ctx // 2 - 1)
+
+
+def check_settings(settings: Mapping[str, Any]) -> None:
+    n = scored_tokens(int(settings["ctx"]), int(settings["chunks"]))
+    if n < MIN_SCORED_TOKENS:
+        raise LadderError(
+            f"quality.chunks/quality.ctx: {settings['chunks']} chunks of {settings['ctx']} score "
+            f"{n} tokens; llama-perplexity prints no KL statistics under {MIN_SCORED_TOKENS}")
 
 
 def fetch_corpus(spec: Mapping[str, Any], dest: str, meta_out: str) -> None:
@@ -79,6 +95,10 @@ def _failure(res: RunResult, needs: str) -> str | None:
     if needs == "ppl" and parse.perplexity_final(text) is None:
         return "no 'Final estimate' in llama-perplexity's output"
     if needs == "kld" and "kld_mean" not in parse.kld_statistics(text):
+        rows = parse.kld_chunk_rows(res.stdout)
+        if rows:
+            return ("llama-perplexity printed per-chunk KL figures but no statistics (it skips "
+                    f"them under {MIN_SCORED_TOKENS} scored tokens)")
         return "no KL-divergence statistics in llama-perplexity's output"
     return None
 
@@ -116,7 +136,7 @@ def measure(*, rung: Mapping[str, Any], is_reference: bool, provenance: str,
         "reference": is_reference, "build_key": prov.get("build_key"),
         "model_sha256": model["sha256"], "corpus_sha256": corp["sha256"],
         "settings": dict(settings), "threads": threads, "status": None, "reason": None,
-        "tokens_scored": settings["chunks"] * (settings["ctx"] - settings["ctx"] // 2),
+        "tokens_scored": scored_tokens(int(settings["ctx"]), int(settings["chunks"])),
     }
     log: list[str] = []
 
