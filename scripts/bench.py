@@ -6,11 +6,9 @@ from ladder.adapter import run_step
 from ladder.bench import measure
 
 m = snakemake.params.measure
-rungs = [{**r, "provenance": f"results/builds/{r['build_key']}/provenance.json"}
-         for r in snakemake.params.rungs]
 run_step(snakemake, lambda: measure(
     quant=snakemake.wildcards.quant, workload_name=snakemake.wildcards.workload,
-    workload=snakemake.params.workload, threads=int(snakemake.wildcards.threads), rungs=rungs,
+    workload=snakemake.params.workload, threads=int(snakemake.wildcards.threads), rungs=snakemake.params.rungs,
     model_meta=snakemake.input.model, rounds=m["rounds"], reps=m["repetitions"], seed=m["seed"],
     warmup=m["warmup"], timeout_s=m["timeout_s"], raw_dir=snakemake.output.raw,
     out_json=snakemake.output.samples, log=snakemake.log[0], warmup_rounds=m["warmup_rounds"],

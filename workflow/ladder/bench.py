@@ -77,7 +77,7 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, int], thre
                 continue  # crashed earlier: a deterministic crash is not re-run every round
             r = by_name[name]
             argv = bench_argv(bins[name], model["path"], workload, threads, reps, warmup,
-                              r["bench_args"])
+                              r["bench_argv"])
             res = run(argv, env=r["env"], timeout_s=timeout_s)
             stem = raw / f"round{rnd:02d}-{pos:02d}-{name}"
             atomic_write_text(f"{stem}.json", res.stdout)

@@ -10,6 +10,8 @@ from typing import Any, Mapping
 
 from ladder.build import missing_tools
 from ladder.errors import LadderError
+from ladder.io import canonical_hash
+from ladder.quality import check_settings
 from ladder.recipes import (
     Recipe,
     Rung,
@@ -89,8 +91,6 @@ class Plan:
                                   f"(known: {sorted(known)})")
         quality = config.get("quality") or {}
         if quality.get("enabled"):
-            from ladder.quality import check_settings
-
             check_settings(quality)
         return cls(config, name, rungs, sid, keys, recipes, qkey, na,
                    str(config.get("resources_dir", "resources")))
@@ -121,19 +121,13 @@ class Plan:
     def material(self, key: str) -> dict[str, Any]:
         return build_key_material(self.recipes_by_key[key], self.source_id)
 
-    def bench_rungs(self) -> list[dict[str, Any]]:
-        return [
-            {"name": r.name, "build_key": self.build_keys[r.name],
-             "runtime": r.runtime.as_dict(), "env": dict(r.runtime.env),
-             "bench_args": r.runtime.bench_argv()}
-            for r in self.applicable
-        ]
-
     def rung_summary(self, r: Rung) -> dict[str, Any]:
         return {
             "name": r.name, "label": r.label, "adds": r.adds, "twin_of": r.twin_of,
             "build_key": self.build_keys[r.name], "recipe": r.recipe.as_dict(),
-            "runtime": r.runtime.as_dict(), "mechanisms": r.mechanisms,
+            "runtime": r.runtime.as_dict(), "env": dict(r.runtime.env),
+            "bench_argv": r.runtime.bench_argv(), "common_argv": r.runtime.common_argv(),
+            "mechanisms": r.mechanisms,
             "markers": [m.__dict__ for m in r.markers],
             "not_applicable": self.not_applicable.get(r.name),
         }
@@ -178,8 +172,6 @@ class Plan:
         return [r.name for r in self.applicable if not r.twin_of]
 
     def corpus_id(self) -> str:
-        from ladder.io import canonical_hash
-
         return canonical_hash(dict(self.config["quality"]["corpus"]), 16)
 
     def report_plan(self) -> dict[str, Any]:

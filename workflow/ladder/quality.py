@@ -15,7 +15,14 @@ from typing import Any, Mapping, Sequence
 
 from ladder import parse
 from ladder.errors import LadderError
-from ladder.io import atomic_write_json, atomic_write_text, canonical_hash, read_json, sha256_file
+from ladder.io import (
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    canonical_hash,
+    read_json,
+    sha256_file,
+)
 from ladder.run import RunResult, run
 
 FORMAT = "ladder-quality/1"
@@ -65,7 +72,7 @@ def fetch_corpus(spec: Mapping[str, Any], dest: str, meta_out: str) -> None:
         raise LadderError(f"quality.corpus.sha256: {src} has sha256 {got}, config says "
                           f"{spec['sha256']}; corpus not used")
     text = src.read_bytes()
-    atomic_write_text(dest, text.decode("utf-8", errors="replace"))
+    atomic_write_bytes(dest, text)  # byte for byte what the sha256 was checked on
     atomic_write_json(meta_out, {"format": "ladder-corpus/1", "sha256": got, "bytes": len(text),
                                  "source": source, "description": spec.get("description")})
 
@@ -128,7 +135,9 @@ def measure(*, rung: Mapping[str, Any], is_reference: bool, provenance: str,
             corpus_meta: str, settings: Mapping[str, Any], threads: int, logits_dir: str,
             out_json: str, raw_log: str) -> dict[str, Any]:
     prov, model, corp = read_json(provenance), read_json(model_meta), read_json(corpus_meta)
-    logits = logits_path(logits_dir, read_json(floor_provenance).get("build_key", "?"),
+    fprov = read_json(floor_provenance)
+    floor = read_json(floor_result) if floor_result else {}
+    logits = logits_path(logits_dir, fprov.get("build_key", "?"),
                          model["sha256"], corp["sha256"],
                          {k: settings[k] for k in ("ctx", "chunks")})
     rec: dict[str, Any] = {
@@ -148,13 +157,10 @@ def measure(*, rung: Mapping[str, Any], is_reference: bool, provenance: str,
 
     if prov.get("status") != "ok":
         return done("build_failed", prov.get("reason"))
-    env = dict(rung["runtime"].get("env", {}))
-    extra = (["--no-repack"] if not rung["runtime"].get("repack", True) else []) + list(
-        rung["runtime"].get("common_args", []))
+    env, extra = dict(rung["env"]), list(rung["common_argv"])
     timeout = float(settings["timeout_s"])
 
     if is_reference or not os.path.exists(logits):
-        fprov = prov if is_reference else read_json(floor_provenance)
         if fprov.get("status") != "ok":
             return done("no_reference", f"the floor build failed ({fprov.get('reason')})")
         Path(logits).parent.mkdir(parents=True, exist_ok=True)
@@ -171,8 +177,8 @@ def measure(*, rung: Mapping[str, Any], is_reference: bool, provenance: str,
             ppl = parse.perplexity_final(res.stdout + res.stderr)
             rec.update(ppl=ppl[0], ppl_err=ppl[1], ppl_chunks=parse.perplexity_chunks(res.stdout),
                        wall_s=round(res.wall_s, 2))
-        elif floor_result:
-            want = read_json(floor_result).get("logits_sha256")
+        else:
+            want = floor.get("logits_sha256")
             if want and want != rec["logits_sha256"]:
                 return done("failed", "regenerated floor logits differ from the floor run's "
                             f"({rec['logits_sha256'][:12]} vs {want[:12]}): not deterministic")
@@ -193,8 +199,8 @@ def measure(*, rung: Mapping[str, Any], is_reference: bool, provenance: str,
     log += [f"$ {' '.join(probe['argv'])}", probe["text"]]
     rec["probe"] = {"prompt": settings["probe"]["prompt"], "text": probe["text"],
                     "failure": probe["failure"]}
-    if not is_reference and floor_result:
-        ref = read_json(floor_result).get("probe", {}).get("text")
+    if not is_reference and floor:
+        ref = floor.get("probe", {}).get("text")
         if ref is not None and probe["failure"] is None:
             div = first_divergence(ref, probe["text"])
             rec["probe"].update(identical_to_floor=div is None, first_divergence=div)

@@ -27,7 +27,8 @@ BUILD_KEY_VERSION = 1
 GGML_CPU_FLAGS_CMAKE = Path(__file__).resolve().parent.parent / "cmake" / "ggml_cpu_flags.cmake"
 
 
-def _cpu_flags_include() -> str | None:
+@lru_cache(maxsize=None)
+def _cpu_flags_include() -> str:
     return hashlib.sha256(GGML_CPU_FLAGS_CMAKE.read_bytes()).hexdigest()[:16]
 
 

@@ -8,9 +8,9 @@ import resource
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Mapping, Sequence
 
 
@@ -57,12 +57,11 @@ def run(
 ) -> RunResult:
     """Run without a shell (config values never meet a shell), in its own process group."""
     full_env = {**os.environ, **(env or {})}
-    stdout_path = Path(os.environ.get("TMPDIR", "/tmp"))
     start = time.monotonic()
     with (
         open(os.devnull, "rb") as devnull,
-        _tmpfile(stdout_path) as out,
-        _tmpfile(stdout_path) as err,
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
     ):
         proc = subprocess.Popen(
             list(argv), stdin=devnull, stdout=out, stderr=err, env=full_env, cwd=cwd,
@@ -98,19 +97,6 @@ def run(
 def _no_core_dumps() -> None:
     # A crashing rung must not write a core dump while the next rung is being measured.
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-
-class _tmpfile:
-    def __init__(self, directory: Path) -> None:
-        import tempfile
-
-        self._f = tempfile.TemporaryFile(dir=directory)
-
-    def __enter__(self):  # type: ignore[no-untyped-def]
-        return self._f
-
-    def __exit__(self, *exc: object) -> None:
-        self._f.close()
 
 
 def _kill_group(pid: int) -> None:

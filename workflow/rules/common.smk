@@ -44,7 +44,10 @@ def bench_inputs(wildcards):
 
 
 def rung_params(wildcards):
-    return PLAN.bench_rungs()
+    return [
+        {**PLAN.rung_summary(r), "provenance": provenance(PLAN.build_keys[r.name])}
+        for r in PLAN.applicable
+    ]
 
 
 def report_inputs(wildcards):
