@@ -21,6 +21,7 @@ include: "workflow/rules/model.smk"
 include: "workflow/rules/evidence.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/quality.smk"
+include: "workflow/rules/dispatch.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -10,6 +10,7 @@ run_step(snakemake, lambda: write_report(
     source=snakemake.input.source, host=snakemake.input.host, builds=snakemake.input.builds,
     models=snakemake.input.models, evidence=snakemake.input.evidence,
     bench=snakemake.input.bench, quality=snakemake.input.quality,
-    template=snakemake.params.template,
+    ledger=snakemake.input.ledger,
+    template=snakemake.input.template,
     out_md=snakemake.output.md, out_json=snakemake.output.json,
 ))

@@ -178,6 +178,8 @@ def test_changing_one_rung_reruns_only_what_includes_it(run_dir, tmp_path):
     assert counts.get("evidence") == 1  # only the floor's evidence
     assert counts.get("bench") == 2  # both cells include the floor
     assert counts.get("quality") == 4  # the floor's own, and every rung compared with it
+    assert counts.get("dispatch") == 1  # only the floor's sweep; the ledger is rebuilt
+    assert counts.get("ledger") == 1
     assert "quantize" not in counts  # the quantizer recipe is separate from the floor's
     assert "fetch_model" not in counts and "fetch_source" not in counts
 
@@ -188,3 +190,77 @@ def test_single_rung_target(run_dir):
     card = json.loads((run_dir / "results" / "rungs" / "native_repack.json").read_text())
     assert card["build"]["status"] == "ok"
     assert card["evidence"][0]["weight_buffers_mib"]["CPU_REPACK"] > 0
+
+
+def test_dispatch_ledger(report, run_dir):
+    ledger = report["ledger"]
+    assert ledger["format"] == "ladder-ledger/1"
+    by = {}
+    for c in ledger["cells"]:
+        by.setdefault(c["rung"], []).append(c)
+    assert {c["workload"] for c in by["floor"]} == {"decode_short", "prefill_long"}
+    assert {c["threads"] for c in by["floor"]} == {1, os.cpu_count()}
+    for c in by["floor"]:
+        assert c["verdict"] == "DISPATCHED", c
+        assert c["L3"]["families"]["generic"]["dispatch"] > 0
+    for c in by["native_repack"]:
+        # all layer matmuls repacked (q4_0_8x8), the tied Q8_0 output head generic
+        assert c["verdict"] == "HYBRID" and 0.9 < c["share"] < 1.0, c
+        assert c["L2"]["advertised"] and c["L2"]["weight_buffers_mib"]["CPU_REPACK"] > 0
+        assert any(s.startswith("ggml_gem") for s in c["L3"]["symbols"])
+        assert c["cost"]["ratio"] > 0 and c["cost"]["uninstrumented_s"] > 0
+    for c in by["kleidiai_x86"]:
+        assert c["verdict"] == "UNMEASURED" and "build failed" in c["detail"]
+    if has_amx() and "amx" in by:
+        crashed = [c for c in by["amx"] if c["verdict"] == "CRASHED"]
+        for c in crashed:
+            assert "SIG" in c["detail"], c
+    assert "control" not in by  # the control is its twin's build
+    assert ledger["cost"]["ledger_ratio"] > 0
+    # the verdict is carried beside every speedup
+    steps = [s for cell in report["cells"] for s in cell["steps"]]
+    assert all(s["dispatch"] is not None for s in steps)
+    md = (run_dir / "results" / "report" / "ladder.md").read_text()
+    assert "## Dispatch ledger" in md and "Dispatch: HYBRID" in md
+
+
+def test_uprobe_counts_equal_lldb_counts_on_a_real_build(report, run_dir):
+    """The cross-check: the fast method's exact counts equal the debugger's, same symbols."""
+    from ladder import debugger
+    from ladder.dispatch import choose_method, workload_argv
+    from ladder.kernels import load_families, plan_probes
+    from ladder.uprobes import UprobeSession
+
+    if choose_method("uprobe")[0] is None or choose_method("lldb")[0] is None:
+        pytest.skip("needs uprobes (root) and lldb")
+    rung = next(r for r in report["ledger"]["rungs"] if r["rung"] == "native_repack")
+    lib = Path(rung["resolution"]["library"])
+    probes, _ = plan_probes(load_families("x86_64"), lib)
+    dispatch = [p for p in probes if p.kind == "dispatch"]
+    model = next(m for m in report["provenance"]["models"] if m["quant"].lower() == "q4_0")
+    argv = workload_argv(lib.parent, str(run_dir / model["path"]), {"n_gen": 2}, 2, [])
+    with UprobeSession(dispatch) as s:
+        before = s.snapshot()
+        assert subprocess.run(argv, capture_output=True).returncode == 0
+        up = s.delta(before)
+    res = debugger.run_under_lldb(
+        debugger.find_lldb(), argv,
+        [{"id": p.id, "module": p.module, "file_addr": p.entry, "mode": "count"} for p in dispatch],
+        timeout_s=600)
+    assert res["exit"] == 0, res
+    assert sum(up.values()) > 0
+    assert {k: up[k] for k in res["hits"]} == res["hits"]
+
+
+def test_must_dispatch_gate_fails_the_workflow_and_keeps_the_ledger(run_dir, tmp_path):
+    cfg = yaml.safe_load(E2E_CONFIG.read_text())
+    cfg["dispatch"]["must_dispatch"] = [
+        {"rung": "native_repack", "quant": "q4_0", "workload": "decode_short",
+         "accept": ["DISPATCHED"]}]
+    gated = tmp_path / "gated.yaml"
+    gated.write_text(yaml.safe_dump(cfg))
+    res = snakemake(run_dir, config=gated)
+    assert res.returncode != 0
+    assert "native_repack/q4_0/decode_short/t1: HYBRID" in res.stderr + res.stdout
+    ledger = json.loads((run_dir / "results" / "dispatch" / "ledger.json").read_text())
+    assert not ledger["gate"]["passed"]

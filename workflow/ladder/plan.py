@@ -11,6 +11,7 @@ from typing import Any, Mapping
 from ladder.build import missing_tools
 from ladder.errors import LadderError
 from ladder.io import canonical_hash
+from ladder.kernels import load_families
 from ladder.quality import check_settings
 from ladder.recipes import (
     Recipe,
@@ -42,6 +43,20 @@ def resolve_threads(values: list[Any]) -> list[int]:
         if n not in out:
             out.append(n)
     return out
+
+
+def check_dispatch(settings: Mapping[str, Any], rungs: list[Rung], arch: str) -> None:
+    """Every workload is one phase; every rung's family exists in the families file."""
+    for name, spec in (settings.get("workloads") or {}).items():
+        if spec and bool(spec.get("n_prompt")) == bool(spec.get("n_gen")):
+            raise LadderError(f"dispatch.workloads.{name}: give n_prompt (a prefill phase) or "
+                              f"n_gen (a decode phase), not both or neither: {dict(spec)}")
+    fset = load_families(arch, settings.get("families_file"))
+    for r in rungs:
+        if r.family and r.family not in fset.families:
+            raise LadderError(f"ladders.{arch}.rungs[{r.name}].family: {r.family!r} is not a "
+                              f"kernel family for {arch} in {fset.source} "
+                              f"(known: {', '.join(fset.families)})")
 
 
 @dataclass
@@ -92,6 +107,9 @@ class Plan:
         quality = config.get("quality") or {}
         if quality.get("enabled"):
             check_settings(quality)
+        dispatch = config.get("dispatch") or {}
+        if dispatch.get("enabled"):
+            check_dispatch(dispatch, rungs, name)
         return cls(config, name, rungs, sid, keys, recipes, qkey, na,
                    str(config.get("resources_dir", "resources")))
 
@@ -170,6 +188,20 @@ class Plan:
         if not self.quality_enabled:
             return []
         return [r.name for r in self.applicable if not r.twin_of]
+
+    # --- dispatch ledger -------------------------------------------------------------------
+    @property
+    def dispatch_enabled(self) -> bool:
+        return bool((self.config.get("dispatch") or {}).get("enabled", False))
+
+    def dispatch_rungs(self) -> list[str]:
+        """Applicable rungs but the control (the same build as its twin)."""
+        if not self.dispatch_enabled:
+            return []
+        return [r.name for r in self.applicable if not r.twin_of]
+
+    def dispatch_threads(self) -> list[int]:
+        return resolve_threads(list(self.config["dispatch"]["threads"]))
 
     def corpus_id(self) -> str:
         return canonical_hash(dict(self.config["quality"]["corpus"]), 16)

@@ -109,6 +109,7 @@ class Rung:
     requires_fetchcontent: tuple[str, ...]
     markers: tuple[Marker, ...]
     twin_of: str | None = None
+    family: str | None = None
 
     @property
     def mechanisms(self) -> list[str]:
@@ -209,6 +210,7 @@ def rungs_from_config(config: Mapping[str, Any], ladder_name: str | None = None)
                 requires_cpu_flags=tuple(req.get("cpu_flags", [])),
                 requires_fetchcontent=tuple(req.get("fetchcontent", [])),
                 markers=_markers(entry),
+                family=entry.get("family"),
             )
         )
     control = ladder.get("control")
@@ -232,6 +234,7 @@ def rungs_from_config(config: Mapping[str, Any], ladder_name: str | None = None)
                 requires_fetchcontent=twin.requires_fetchcontent,
                 markers=twin.markers,
                 twin_of=twin.name,
+                family=twin.family,
             )
         )
     return rungs

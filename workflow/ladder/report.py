@@ -11,6 +11,7 @@ import jinja2
 from ladder import stats
 from ladder.errors import LadderError
 from ladder.io import atomic_write_json, atomic_write_text, read_json
+from ladder.dispatch import CREDITED
 from ladder.quality import judge_drift
 
 FORMAT = "ladder-report/1"
@@ -72,9 +73,41 @@ def credit_line(ev: Mapping[str, Any] | None) -> str:
                      for c in claims)
 
 
+def workload_phase(spec: Mapping[str, Any]) -> str | None:
+    if spec.get("n_prompt") and not spec.get("n_gen") and not spec.get("n_depth"):
+        return "prefill"
+    if spec.get("n_gen") and not spec.get("n_prompt") and not spec.get("n_depth"):
+        return "decode"
+    return None
+
+
+def dispatch_for(ledger_cells: Sequence[Mapping[str, Any]], rung: str, quant: str,
+                 phase: str | None, threads: int) -> dict[str, Any]:
+    """The ledger cell behind a speedup: same rung, quant and phase; same thread count if the
+    sweep has it, else the nearest (said so). Credit only on DISPATCHED or HYBRID."""
+    if phase is None:
+        return {"verdict": None, "credited": False,
+                "text": "mixed workload: no single dispatch phase, not credited"}
+    same = [c for c in ledger_cells if c["rung"] == rung and c["quant"] == quant
+            and c["phase"] == phase]
+    if not same:
+        return {"verdict": None, "credited": False, "text": "no ledger cell: not credited"}
+    cell = min(same, key=lambda c: (abs(c["threads"] - threads), c["threads"]))
+    share = f", {cell['share'] * 100:.1f} % of matmul dispatches" if (
+        cell.get("share") is not None and cell["verdict"] == "HYBRID") else ""
+    note = "" if cell["threads"] == threads else f" (ledger at {cell['threads']} threads)"
+    credited = cell["verdict"] in CREDITED
+    return {"verdict": cell["verdict"], "share": cell.get("share"), "credited": credited,
+            "threads": cell["threads"], "workload": cell["workload"],
+            "text": f"{cell['verdict']}{share}{note}"
+                    + ("" if credited else
+                       f": gain not credited to {cell.get('family') or 'its mechanism'}")}
+
+
 def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: str, host: str,
               builds: Sequence[str], models: Sequence[str], evidence: Sequence[str],
-              bench: Sequence[str], quality: Sequence[str] = ()) -> dict[str, Any]:
+              bench: Sequence[str], quality: Sequence[str] = (),
+              ledger: Sequence[str] = ()) -> dict[str, Any]:
     missing: list[dict[str, str]] = []
     src = (_load_all([source], missing) or [{}])[0]
     host_doc = (_load_all([host], missing) or [{}])[0]
@@ -124,11 +157,17 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
         ref = by_rung.get(plan.get("reference") or "")
         for rec in by_rung.values():
             rec["drift"] = judge_drift(rec, ref, tolerance)
+    ledger_doc = (_load_all(list(ledger), missing) or [None])[0] if ledger else None
+    ledger_cells = ledger_doc["cells"] if ledger_doc else []
     for cell in cells:
+        phase = workload_phase(cell.get("workload_spec") or {})
         for step in cell["steps"] + cell["vs_floor"]:
             step["credit"] = credit_line(evidence_by_quant.get(cell["quant"], {}).get(step["rung"]))
             q = quality_by_quant.get(cell["quant"], {}).get(step["rung"])
             step["drift"] = q["drift"] if q else None
+            step["dispatch"] = (dispatch_for(ledger_cells, plan_twin(plan, step["rung"]),
+                                             cell["quant"], phase, cell["threads"])
+                                if ledger_doc else None)
 
     return {
         "format": FORMAT,
@@ -149,8 +188,14 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
         "reference": plan.get("reference"),
         "quality_tolerance": tolerance,
         "cells": cells,
+        "ledger": ledger_doc,
         "missing": missing,
     }
+
+
+def plan_twin(plan: Mapping[str, Any], rung: str) -> str:
+    """The control is its twin's build: it has the twin's ledger cells."""
+    return plan.get("twin") if rung == plan.get("control") and plan.get("twin") else rung
 
 
 def _fmt_tps(x: float | None) -> str:
@@ -174,9 +219,9 @@ def render_md(doc: Mapping[str, Any], template: str) -> str:
 def write_report(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: str,
                  host: str, builds: Sequence[str], models: Sequence[str],
                  evidence: Sequence[str], bench: Sequence[str], template: str, out_md: str,
-                 out_json: str, quality: Sequence[str] = ()) -> None:
+                 out_json: str, quality: Sequence[str] = (), ledger: Sequence[str] = ()) -> None:
     doc = build_doc(plan=plan, stats_cfg=stats_cfg, source=source, host=host, builds=builds,
-                    models=models, evidence=evidence, bench=bench, quality=quality)
+                    models=models, evidence=evidence, bench=bench, quality=quality, ledger=ledger)
     atomic_write_json(out_json, doc)
     atomic_write_text(out_md, render_md(doc, template))
 

@@ -71,6 +71,13 @@ def report_inputs(wildcards):
             for m, q in PLAN.model_quants()
             for r in PLAN.quality_rungs()
         ],
+        "template": os.path.join(workflow.basedir, "workflow/templates/ladder.md.j2"),
+        "ledger": ["results/dispatch/ledger.json"] if PLAN.dispatch_enabled else [],
+        "gate": (
+            ["results/dispatch/gate.ok"]
+            if PLAN.dispatch_enabled and config["dispatch"]["must_dispatch"]
+            else []
+        ),
     }
 
 
@@ -105,3 +112,33 @@ def quality_inputs(wildcards):
             f"results/quality/{wildcards.model}/{wildcards.quant}/{ref}.json"
         )
     return inputs
+
+
+def families_file():
+    return config["dispatch"].get("families_file") or os.path.join(
+        workflow.basedir, "workflow/data/kernel_families.yaml"
+    )
+
+
+def dispatch_quants(wildcards):
+    return [q for m, q in PLAN.model_quants() if m == wildcards.model]
+
+
+def dispatch_inputs(wildcards):
+    inputs = {
+        "build": provenance(PLAN.build_keys[wildcards.rung]),
+        "families": families_file(),
+    }
+    for q in dispatch_quants(wildcards):
+        inputs[f"model_{q}"] = model_meta(wildcards.model, q)
+        inputs[f"evidence_{q}"] = (
+            f"results/evidence/{wildcards.model}/{q}/{wildcards.rung}.json"
+        )
+    return inputs
+
+
+def ledger_inputs(wildcards):
+    models = sorted({m for m, _ in PLAN.model_quants()})
+    return [
+        f"results/dispatch/{m}/{r}.json" for m in models for r in PLAN.dispatch_rungs()
+    ]

@@ -11,7 +11,6 @@ rule report:
     params:
         plan=lambda wc: PLAN.report_plan(),
         stats=config["stats"],
-        code=code_hash("report", "stats", "evidence", "quality"),
-        template=os.path.join(workflow.basedir, "workflow/templates/ladder.md.j2"),
+        code=code_hash("report", "stats", "evidence", "quality", "dispatch"),
     script:
         "../../scripts/report.py"

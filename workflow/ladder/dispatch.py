@@ -1,0 +1,378 @@
+"""The dispatch ledger: which kernel family executed, per rung x quant x workload x threads.
+
+Three evidence levels per cell:
+  L1  what the host offers (/proc/cpuinfo flags the family needs),
+  L2  what the build advertises (the rung's evidence run: weight buffers, compiled features,
+      vendor init lines),
+  L3  what executed: per-symbol hit counts (uprobes; or lldb counting of dispatch-level
+      symbols plus first-hit presence of kernels), taken on a llama-bench run of one phase.
+
+A rung's throughput gain is credited to its mechanism only when its cell says DISPATCHED or
+HYBRID ("no marker, no claim" carried down to what ran).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ladder.errors import LadderError
+from ladder.io import atomic_write_json, atomic_write_text, read_json
+from ladder.kernels import Family, FamilySet, Probe, SymbolsError, load_families, plan_probes
+from ladder.recipes import host_arch, host_cpu_flags
+from ladder.run import diagnose_crash, run
+
+log = logging.getLogger("ladder.dispatch")
+FORMAT = "ladder-dispatch/1"
+LEDGER_FORMAT = "ladder-ledger/1"
+VERDICTS = ("DISPATCHED", "HYBRID", "SILENT_FALLBACK", "CRASHED", "NOT_APPLICABLE",
+            "NO_SYMBOLS", "UNMEASURED")
+CREDITED = {"DISPATCHED", "HYBRID"}
+
+
+# --- verdicts (pure) ------------------------------------------------------------------------
+def family_totals(probes: Sequence[Mapping[str, Any]], hits: Mapping[str, int]
+                  ) -> dict[str, dict[str, int]]:
+    """family -> {'dispatch': hits, 'kernels': hits}; and per variant under 'variants'."""
+    out: dict[str, Any] = {}
+    for p in probes:
+        n = int(hits.get(p["id"], 0))
+        fam = out.setdefault(p["family"], {"dispatch": 0, "kernels": 0, "variants": {}})
+        fam[p["kind"]] += n
+        if p.get("variant"):
+            fam["variants"][p["variant"]] = fam["variants"].get(p["variant"], 0) + n
+    return out
+
+
+def judge_cell(*, expected: Family | None, families: FamilySet,
+               resolution: Mapping[str, Any], totals: Mapping[str, Mapping[str, Any]],
+               advertised: bool, advertised_variant: str | None = None,
+               crash: Mapping[str, Any] | None = None, unmeasured: str | None = None,
+               exact: bool = True) -> dict[str, Any]:
+    """The cell's verdict, its share of the phase's matmul dispatches, and why."""
+    def out(verdict: str, detail: str, share: float | None = None) -> dict[str, Any]:
+        return {"verdict": verdict, "share": share, "detail": detail}
+
+    if unmeasured:
+        return out("UNMEASURED", unmeasured)
+    if expected is None:
+        return out("NOT_APPLICABLE", "the rung declares no kernel family (recipe key 'family')")
+    res = resolution.get(expected.name, {})
+    matched = {k: v.get("matched", 0) for k, v in res.items()}
+    if not any(matched.values()):
+        pats = ", ".join(f"{k} {v.get('pattern')!r}" for k, v in res.items())
+        return out("NO_SYMBOLS", f"family {expected.name}: no symbol of the library matches "
+                   f"({pats}): whether it ran cannot be told")
+    kind = "dispatch" if matched.get("dispatch") else "kernels"
+    engaged = int(totals.get(expected.name, {}).get(kind, 0))
+    others = {f: int(t.get("dispatch", 0)) for f, t in totals.items()
+              if f != expected.name and t.get("dispatch")}
+    total = engaged + sum(others.values())
+    share = engaged / total if total else None
+    ran = ", ".join(f"{f} {n}" for f, n in sorted(others.items())) or "nothing else"
+    if crash:
+        sig = crash.get("signal") or "a signal"
+        where = f" in {crash['symbol']}" if crash.get("symbol") else ""
+        return out("CRASHED", f"killed by {sig}{where}; before it: {expected.name} {engaged}, "
+                   f"{ran}", share)
+    if engaged == 0:
+        if advertised:
+            return out("SILENT_FALLBACK", f"advertised ({expected.buffer or 'compiled'}), but no "
+                       f"{expected.name} {kind} call executed; ran instead: {ran}", share)
+        return out("NOT_APPLICABLE", f"the build placed no weights in {expected.buffer} for "
+                   f"this quant (L2): nothing for {expected.name} to run; ran: {ran}", share)
+    variants = totals.get(expected.name, {}).get("variants") or {}
+    if advertised_variant and expected.variants:
+        if variants.get(advertised_variant, 0) == 0 and any(variants.values()):
+            ran_v = ", ".join(f"{v} {n}" for v, n in variants.items() if n)
+            return out("SILENT_FALLBACK", f"init line advertised {advertised_variant} kernels, "
+                       f"none executed; {expected.name} ran {ran_v}", share)
+    fallback = families.families.get(f"{expected.name}_generic")
+    fb_hits = int(totals.get(fallback.name, {}).get("kernels", 0)) if fallback else 0
+    unit = "calls" if exact else "first hits (presence only)"
+    if not others and not fb_hits:
+        return out("DISPATCHED", f"{expected.name} {engaged} {kind} {unit}, nothing else", 1.0)
+    extra = f"; {fallback.name} kernels ran {fb_hits} times" if fb_hits else ""
+    return out("HYBRID", f"{expected.name} {engaged} of {total} matmul dispatches; also {ran}"
+               f"{extra}", share if exact else None)
+
+
+# --- one rung's sweep ----------------------------------------------------------------------
+def workload_argv(bin_dir: Path, model: str, spec: Mapping[str, int], threads: int,
+                  bench_argv: Sequence[str]) -> list[str]:
+    return [str(bin_dir / "llama-bench"), "-m", model, "-p", str(spec.get("n_prompt", 0)),
+            "-n", str(spec.get("n_gen", 0)), "-r", "1", "--no-warmup", "-t", str(threads),
+            "-o", "json", *bench_argv]
+
+
+def choose_method(wanted: str) -> tuple[str | None, Any, str | None]:
+    """(method, handle, reason-if-none). auto = uprobes if permitted, else lldb."""
+    from ladder import debugger as lldb_mod
+    from ladder import uprobes
+
+    reasons = []
+    if wanted in ("auto", "uprobe"):
+        try:
+            return "uprobe", uprobes.find_tracefs(), None
+        except uprobes.UprobeUnavailable as exc:
+            reasons.append(str(exc))
+            if wanted == "uprobe":
+                return None, None, str(exc)
+    if wanted in ("auto", "lldb", "lldb-presence"):
+        try:
+            setup = lldb_mod.find_lldb()
+            return ("lldb" if wanted != "lldb-presence" else "lldb-presence"), setup, None
+        except lldb_mod.LldbUnavailable as exc:
+            reasons.append(str(exc))
+    return None, None, "; ".join(reasons) or f"unknown method {wanted!r}"
+
+
+def _library(bin_dir: Path, fset: FamilySet) -> Path:
+    lib = bin_dir / fset.library
+    return lib if lib.exists() else bin_dir / "llama-bench"  # static builds: all in the tool
+
+
+def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapping[str, str]],
+          settings: Mapping[str, Any], threads: Sequence[int], out_json: str, raw_dir: str,
+          families_file: str | None = None) -> dict[str, Any]:
+    """Every (quant, workload, threads) cell of one rung, under one instrumentation session."""
+    raw = Path(raw_dir)
+    raw.mkdir(parents=True, exist_ok=True)
+    arch = host_arch()
+    fset = load_families(arch, families_file)
+    family_name = rung.get("family")
+    if family_name and family_name not in fset.families:
+        raise LadderError(f"rung {rung['name']}: family {family_name!r} is not defined for "
+                          f"{arch} in {fset.source} (has {sorted(fset.families)})")
+    expected = fset.families.get(family_name) if family_name else None
+    build = read_json(provenance)
+    doc: dict[str, Any] = {"format": FORMAT, "rung": rung["name"], "family": family_name,
+                           "build_key": rung["build_key"], "arch": arch, "families_file": fset.source,
+                           "method": None, "method_note": None, "session": {}, "resolution": {},
+                           "probes": [], "cells": []}
+    host_flags = host_cpu_flags()
+    unmeasured = None
+    probes: list[Probe] = []
+    bin_dir = Path(build.get("bin_dir") or "")
+    if build.get("status") != "ok":
+        unmeasured = f"build failed: {build.get('reason')}"
+    else:
+        try:
+            probes, resolution = plan_probes(fset, _library(bin_dir, fset))
+            doc["resolution"] = resolution
+            doc["probes"] = [p.as_dict() for p in probes]
+        except SymbolsError as exc:
+            unmeasured = str(exc)
+    method, handle, why = (None, None, None)
+    if unmeasured is None:
+        method, handle, why = choose_method(settings.get("method", "auto"))
+        if method is None:
+            unmeasured = f"no instrumentation method: {why}"
+    doc["method"] = method
+    doc["method_note"] = why
+    timeout = float(settings.get("timeout_s", 600))
+    cells_spec = [(q, w, spec, t) for q in quants for w, spec in settings["workloads"].items()
+                  if spec for t in threads]
+
+    # Uninstrumented runs first: registered uprobes fire in every process mapping the library.
+    baselines: dict[tuple[str, str, int], Any] = {}
+    if unmeasured is None:
+        for quant, workload, spec, t in cells_spec:
+            model = read_json(quants[quant]["model"])
+            argv = workload_argv(bin_dir, model["path"], spec, t, rung.get("bench_argv") or [])
+            res = run(argv, env=dict(rung.get("env") or {}), timeout_s=timeout)
+            atomic_write_text(raw / f"{quant}.{workload}.t{t}.plain.stderr", res.stderr)
+            baselines[(quant, workload, t)] = res
+
+    def measure_all(session: Any) -> None:
+        for quant, workload, spec, t in cells_spec:
+            doc["cells"].append(_cell(
+                rung=rung, quant=quant, workload=workload, spec=spec, threads=t,
+                meta=quants[quant], fset=fset, expected=expected,
+                resolution=doc["resolution"].get("families", {}),
+                probes=probes, method=method, handle=handle, session=session,
+                unmeasured=unmeasured, bin_dir=bin_dir, raw=raw, timeout=timeout,
+                host_flags=host_flags, base=baselines.get((quant, workload, t))))
+            atomic_write_json(out_json + ".partial", doc)  # nothing measured is lost
+
+    if method == "uprobe":
+        from ladder.uprobes import UprobeSession
+
+        with UprobeSession(probes, handle) as session:
+            doc["session"]["rejected"] = session.rejected
+            doc["session"]["setup_s"] = round(session.setup_s, 3)
+            measure_all(session)
+        doc["session"]["teardown_s"] = round(session.teardown_s, 3)
+        doc["session"]["probes_registered"] = len(session.event_of)
+    else:
+        measure_all(None)
+    atomic_write_json(out_json, doc)
+    try:
+        os.remove(out_json + ".partial")
+    except OSError:
+        pass
+    return doc
+
+
+def _cell(*, rung: Mapping[str, Any], quant: str, workload: str, spec: Mapping[str, int],
+          threads: int, meta: Mapping[str, str], fset: FamilySet, expected: Family | None,
+          resolution: Mapping[str, Any], probes: list[Probe], method: str | None, handle: Any,
+          session: Any, unmeasured: str | None, bin_dir: Path, raw: Path, timeout: float,
+          host_flags: frozenset[str], base: Any) -> dict[str, Any]:
+    model = read_json(meta["model"])
+    evidence = read_json(meta["evidence"]) if meta.get("evidence") else {}
+    phase = "prefill" if spec.get("n_prompt") else "decode"
+    cell: dict[str, Any] = {"rung": rung["name"], "family": expected.name if expected else None,
+                            "quant": quant, "workload": workload, "phase": phase,
+                            "threads": threads, "method": method}
+    buffers = evidence.get("weight_buffers_mib") or {}
+    fam = expected
+    cell["L1"] = {"host_flags": {f: f in host_flags for f in (fam.host_flags if fam else ())}}
+    advertised_variant = evidence.get("kleidiai_primary") if fam and fam.variants else None
+    advertised = bool(fam) and (fam.buffer is None or buffers.get(fam.buffer, 0.0) > 0.0)
+    cell["L2"] = {"evidence_status": evidence.get("status"), "weight_buffers_mib": buffers,
+                  "compiled_features": {k: v for k, v in
+                                        (evidence.get("compiled_features") or {}).items()
+                                        if v == "1"},
+                  "vendor_lines": evidence.get("vendor_lines") or [],
+                  "advertised": advertised, "advertised_variant": advertised_variant}
+    if unmeasured:
+        cell.update(judge_cell(expected=fam, families=fset, resolution=resolution, totals={},
+                               advertised=advertised, unmeasured=unmeasured))
+        cell["L3"] = None
+        return cell
+    argv = workload_argv(bin_dir, model["path"], spec, threads, rung.get("bench_argv") or [])
+    env = dict(rung.get("env") or {})
+    stem = raw / f"{quant}.{workload}.t{threads}"
+    hits: dict[str, int] = {}
+    crash: dict[str, Any] | None = None
+    lldb_result: dict[str, Any] | None = None
+    if method == "uprobe":
+        before = session.snapshot()
+        inst = run(argv, env=env, timeout_s=timeout)
+        hits = session.delta(before)
+        inst_wall, inst_fail = inst.wall_s, inst.failure()
+        atomic_write_text(f"{stem}.probed.stderr", inst.stderr)
+        if inst.signal_name:
+            crash = {"signal": inst.signal_name}
+    else:
+        from ladder.debugger import run_under_lldb
+
+        mode_of = {"dispatch": "count", "kernels": "first"} if method == "lldb" else {}
+        spec_probes = [{"id": p.id, "module": p.module, "file_addr": p.entry,
+                        "mode": mode_of.get(p.kind, "first")} for p in probes]
+        lldb_result = run_under_lldb(handle, argv, spec_probes, env=env, timeout_s=timeout,
+                                     stderr_path=f"{stem}.probed.stderr")
+        hits = {k: int(v) for k, v in (lldb_result.get("hits") or {}).items()}
+        inst_wall = float(lldb_result.get("driver_wall_s") or 0.0)
+        inst_fail = lldb_result.get("error") or (
+            f"killed by {lldb_result['signal']}" if lldb_result.get("signal") else None)
+        if lldb_result.get("crash"):
+            crash = dict(lldb_result["crash"])
+    if crash is None and base.signal_name:
+        crash = {"signal": base.signal_name}
+    if crash is None and (base.failure() or inst_fail):
+        cell.update(judge_cell(expected=fam, families=fset, resolution=resolution, totals={},
+                               advertised=advertised,
+                               unmeasured=f"the run failed: {base.failure() or inst_fail}"))
+        cell["L3"] = None
+        cell["argv"] = argv
+        return cell
+    if crash and not crash.get("symbol"):
+        diag = diagnose_crash(argv, env=env, timeout_s=timeout)
+        crash.update({k: v for k, v in diag.items() if v is not None and k != "signal"})
+    probe_dicts = [p.as_dict() for p in probes]
+    totals = family_totals(probe_dicts, hits)
+    cell.update(judge_cell(expected=fam, families=fset, resolution=resolution, totals=totals,
+                           advertised=advertised, advertised_variant=advertised_variant,
+                           crash=crash, exact=method in ("uprobe", "lldb")))
+    cell["L3"] = {
+        "method": method, "exact_kinds": ["dispatch", "kernels"] if method == "uprobe" else
+        (["dispatch"] if method == "lldb" else []),
+        "families": totals,
+        "symbols": {p.symbol: hits[p.id] for p in probes if hits.get(p.id)},
+        "unprobed": [{"symbol": p.symbol, "why": p.note} for p in probes if p.addr is None],
+        "run_failure": inst_fail, "crash": crash,
+        "lldb": {k: lldb_result.get(k) for k in ("lldb", "unresolved", "orphans_killed", "error")}
+        if lldb_result else None,
+    }
+    cell["argv"] = argv
+    cell["env"] = env
+    cell["cost"] = {"uninstrumented_s": round(base.wall_s, 3), "instrumented_s": round(inst_wall, 3),
+                    "ratio": round(inst_wall / base.wall_s, 3) if base.wall_s > 0 else None,
+                    "plain_run_failure": base.failure()}
+    log.info("%s %s %s t%d: %s (%s)", rung["name"], quant, workload, threads, cell["verdict"],
+             cell["detail"])
+    return cell
+
+
+# --- the ledger -----------------------------------------------------------------------------
+def build_ledger(*, rung_files: Sequence[str], host: str, out_json: str,
+                 must_dispatch: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    docs = [read_json(p) for p in rung_files]
+    cells = [c for d in docs for c in d["cells"]]
+    counts: dict[str, int] = {}
+    for c in cells:
+        counts[c["verdict"]] = counts.get(c["verdict"], 0) + 1
+    ratios = sorted(c["cost"]["ratio"] for c in cells if c.get("cost") and c["cost"].get("ratio"))
+    session = {d["rung"]: d.get("session") for d in docs}
+    plain = sum(c["cost"]["uninstrumented_s"] for c in cells if c.get("cost"))
+    inst = sum(c["cost"]["instrumented_s"] for c in cells if c.get("cost"))
+    overhead = sum((s or {}).get("setup_s", 0) + (s or {}).get("teardown_s", 0)
+                   for s in session.values())
+    ledger = {
+        "format": LEDGER_FORMAT, "host": read_json(host),
+        "rungs": [{k: d.get(k) for k in ("rung", "family", "build_key", "method", "method_note",
+                                         "session", "resolution", "families_file")} for d in docs],
+        "cells": cells, "verdicts": counts,
+        "cost": {"cells": len(ratios),
+                 "ratio_median": ratios[len(ratios) // 2] if ratios else None,
+                 "ratio_max": ratios[-1] if ratios else None,
+                 "uninstrumented_s": round(plain, 2), "instrumented_s": round(inst, 2),
+                 "session_overhead_s": round(overhead, 2),
+                 "ledger_ratio": round((inst + overhead) / plain, 3) if plain else None},
+        "gate": gate(cells, must_dispatch),
+    }
+    atomic_write_json(out_json, ledger)
+    return ledger
+
+
+def _selected(cell: Mapping[str, Any], sel: Mapping[str, Any]) -> bool:
+    for key in ("rung", "quant", "workload", "threads"):
+        if key in sel and str(sel[key]).lower() != str(cell[key]).lower():
+            return False
+    return True
+
+
+def gate(cells: Sequence[Mapping[str, Any]], must: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Cells the user marked must-dispatch whose verdict is not accepted."""
+    failures = []
+    unmatched = []
+    for sel in must:
+        accept = set(sel.get("accept") or ["DISPATCHED", "HYBRID"])
+        chosen = [c for c in cells if _selected(c, sel)]
+        if not chosen:
+            unmatched.append(dict(sel))
+        for c in chosen:
+            if c["verdict"] not in accept:
+                failures.append({"cell": f"{c['rung']}/{c['quant']}/{c['workload']}/t{c['threads']}",
+                                 "verdict": c["verdict"], "detail": c["detail"],
+                                 "accepted": sorted(accept)})
+    return {"rules": [dict(s) for s in must], "failures": failures, "unmatched": unmatched,
+            "passed": not failures and not unmatched}
+
+
+def check_gate(ledger_json: str, out_flag: str) -> None:
+    ledger = read_json(ledger_json)
+    g = ledger["gate"]
+    if g["unmatched"]:
+        raise LadderError(f"dispatch.must_dispatch: selector(s) {g['unmatched']} match no "
+                          "ledger cell (check rung/quant/workload/threads)")
+    if g["failures"]:
+        lines = "; ".join(f"{f['cell']}: {f['verdict']} ({f['detail']})" for f in g["failures"])
+        raise LadderError(f"dispatch.must_dispatch: {len(g['failures'])} cell(s) fell back: "
+                          f"{lines}. The ledger is kept in {ledger_json}")
+    atomic_write_text(out_flag, f"passed {time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
