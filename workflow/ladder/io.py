@@ -12,6 +12,15 @@ from typing import Any
 from ladder.errors import LadderError
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+FILE_MODE = 0o666 & ~_umask()  # what open() would give; mkstemp alone gives 0600
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -21,6 +30,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, FILE_MODE)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
