@@ -32,4 +32,5 @@ onsuccess:
 rule all:
     default_target: True
     input:
+        "results/report/ladder.html",
         "results/report/ladder.md",

@@ -5,12 +5,11 @@ sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the l
 from ladder.adapter import run_step
 from ladder.report import write_report
 
+inp = snakemake.input
 run_step(snakemake, lambda: write_report(
     plan=snakemake.params.plan, stats_cfg=snakemake.params.stats,
-    source=snakemake.input.source, host=snakemake.input.host, builds=snakemake.input.builds,
-    models=snakemake.input.models, evidence=snakemake.input.evidence,
-    bench=snakemake.input.bench, quality=snakemake.input.quality,
-    ledger=snakemake.input.ledger,
-    template=snakemake.input.template,
-    out_md=snakemake.output.md, out_json=snakemake.output.json,
+    source=inp.source, host=inp.host, builds=inp.builds, models=inp.models,
+    evidence=inp.evidence, bench=inp.bench, quality=inp.quality, ledger=inp.ledger,
+    bandwidth=inp.bandwidth, report_cfg=snakemake.params.report, cost=snakemake.params.cost,
+    out_json=snakemake.output.json,
 ))

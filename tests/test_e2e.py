@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -250,6 +251,88 @@ def test_uprobe_counts_equal_lldb_counts_on_a_real_build(report, run_dir):
     assert res["exit"] == 0, res
     assert sum(up.values()) > 0
     assert {k: up[k] for k in res["hits"]} == res["hits"]
+
+
+def test_report_files_schema_and_roofline(report, run_dir):
+    from ladder.render import validate
+
+    rep = run_dir / "results" / "report"
+    validate(report, "ladder.json")
+    html = (rep / "ladder.html").read_text()
+    assert not re.search(r"""(src|href)=["']https?:""", html)  # standalone: no fetches
+    assert html.count("data:image/png;base64,") >= len(report["cells"])
+    pngs = sorted(p.name for p in (rep / "figures").glob("*.png"))
+    assert "drift_vs_speedup.png" in pngs and "roofline_decode.png" in pngs
+    assert report["bandwidth"]["bandwidth_gbps"] > 0
+    decode = [c for c in report["cells"] if c["workload"] == "tg16"]
+    assert decode and all(c["roofline"]["kind"] == "memory bandwidth" for c in decode)
+    assert all(0 < pct for c in decode for pct in c["roofline"]["rungs"].values())
+    assert report["cost"]["price"]["instance"] == "test-vm"
+    floor = decode[0]["rungs"]["floor"]["median"]
+    assert decode[0]["cost"]["floor"]["usd_per_mtok"] == pytest.approx(0.10 / (floor * 3600) * 1e6)
+
+
+def test_html_report_in_headless_chromium(run_dir, tmp_path):
+    """Re-render from the results directory (no measuring), open it as a person would."""
+    from browser import find_chromium, open_page
+
+    if find_chromium() is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing on CI (.ci/run installs it)")
+        pytest.skip("no chromium on PATH (apt-get install chromium)")
+    out = tmp_path / "rendered"
+    res = subprocess.run([sys.executable, "-m", "ladder.render", "results/report/ladder.json",
+                          "--out", str(out)], cwd=run_dir, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    js = """({
+      rows: document.querySelectorAll('#headline-table tr').length,
+      imgs: Array.from(document.images).map(i => [i.complete, i.naturalWidth]),
+      figures: document.querySelectorAll('figure img').length,
+      ledger: !!document.querySelector('#ledger-table'),
+      text: document.body.innerText.length
+    })"""
+    shot = tmp_path / "ladder.png"
+    page = open_page((out / "ladder.html").as_uri(), js, shot)
+    assert page["failed"] == []
+    assert all(u.startswith(("file:", "data:", "about:")) for u in page["requests"]), page["requests"]
+    v = page["value"]
+    assert v["rows"] > 1 and v["figures"] >= 3 and v["ledger"] and v["text"] > 2000
+    assert v["imgs"] and all(ok and w > 100 for ok, w in v["imgs"])
+    assert shot.stat().st_size > 50_000
+    print(f"screenshot: {shot}")
+
+
+def test_rerender_lists_missing_and_malformed_inputs(report, run_dir, tmp_path):
+    from ladder.render import render_all
+    from ladder.report import write_report
+
+    res = run_dir / "results"
+    broken = tmp_path / "broken-evidence.json"
+    broken.write_text('{"format": "ladder-evidence/1", "rung": ')
+    evidence = sorted(str(p) for p in (res / "evidence").rglob("*.json"))
+    bench = sorted(str(p) for p in (res / "bench").rglob("t*.json"))
+    host = str(res / "host.json")
+    src = report["provenance"]["source"]
+    src_file = tmp_path / "source.json"
+    src_file.write_text(json.dumps(src))
+    out_json = tmp_path / "ladder.json"
+    write_report(plan=report["plan"], stats_cfg=report["provenance"]["stats"],
+                 source=str(src_file), host=host, builds=[], models=[],
+                 evidence=evidence + [str(broken)], bench=bench + [str(tmp_path / "gone.json")],
+                 out_json=str(out_json))
+    doc = json.loads(out_json.read_text())
+    problems = {m["file"] for m in doc["missing"]}
+    assert str(broken) in problems and str(tmp_path / "gone.json") in problems
+    paths = render_all(out_json, tmp_path / "out", workdir=run_dir)
+    html = Path(paths["html"]).read_text()
+    top = html[: html.index('id="headline"')]
+    assert "Missing or unreadable inputs" in top and "gone.json" in top and "broken-evidence" in top
+
+
+def test_snakemake_report_zip(run_dir, tmp_path):
+    res = snakemake(run_dir, "--report", str(tmp_path / "report.zip"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert (tmp_path / "report.zip").stat().st_size > 10_000
 
 
 def test_must_dispatch_gate_fails_the_workflow_and_keeps_the_ledger(run_dir, tmp_path):

@@ -103,6 +103,7 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, int], thre
                         "n_depth": rec.get("n_depth", 0), "tokens_per_s": float(ts),
                         "ns": int(ns), "build_commit": rec["build_commit"],
                         "model_type": rec["model_type"], "model_size": rec["model_size"],
+                        "model_n_params": rec.get("model_n_params"),
                         "repack": rec.get("repack"), "peak_rss_kib": res.peak_rss_kib,
                         "wall_s": round(res.wall_s, 3), "raw": f"{stem}.json", **brief,
                     })

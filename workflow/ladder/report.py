@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from pathlib import Path
 from typing import Any, Mapping, Sequence
-
-import jinja2
 
 from ladder import stats
 from ladder.errors import LadderError
@@ -104,10 +101,62 @@ def dispatch_for(ledger_cells: Sequence[Mapping[str, Any]], rung: str, quant: st
                        f": gain not credited to {cell.get('family') or 'its mechanism'}")}
 
 
+def roofline(cell: Mapping[str, Any], bandwidth_gbps: float | None,
+             peak_gflops: float | None) -> dict[str, Any]:
+    """Decode: tokens/s as a share of bandwidth / model bytes (every weight read once per
+    token). Prefill: FLOP/s (2 x parameters per token) as a share of a known peak, if given."""
+    phase = workload_phase(cell.get("workload_spec") or {})
+    out: dict[str, Any] = {"phase": phase, "model_bytes": cell.get("model_size"),
+                           "n_params": cell.get("model_n_params"), "bound_tps": None,
+                           "rungs": {}}
+    if phase == "decode" and bandwidth_gbps and cell.get("model_size"):
+        out["kind"] = "memory bandwidth"
+        out["bound_tps"] = bandwidth_gbps * 1e9 / cell["model_size"]
+    elif phase == "prefill" and peak_gflops and cell.get("model_n_params"):
+        out["kind"] = "peak FLOP/s"
+        out["bound_tps"] = peak_gflops * 1e9 / (2 * cell["model_n_params"])
+    else:
+        out["kind"] = None
+        out["why_not"] = ("no bandwidth probe" if phase == "decode" else
+                          "no peak FLOP/s given (report.peak_gflops)" if phase == "prefill"
+                          else "mixed workload")
+    for name, r in cell["rungs"].items():
+        if out["bound_tps"] and r.get("median"):
+            out["rungs"][name] = r["median"] / out["bound_tps"]
+    return out
+
+
+def cost_table(cell: Mapping[str, Any], price: Mapping[str, Any] | None) -> dict[str, Any]:
+    """$ per million tokens and tokens per dollar at the host instance's hourly price."""
+    if not price:
+        return {}
+    out = {}
+    for name, r in cell["rungs"].items():
+        tps = r.get("median")
+        if tps:
+            out[name] = {"usd_per_mtok": price["usd_per_hour"] / (tps * 3600) * 1e6,
+                         "tokens_per_usd": tps * 3600 / price["usd_per_hour"]}
+    return out
+
+
+def host_price(cost: Mapping[str, Any] | None) -> tuple[dict[str, Any] | None, str | None]:
+    cost = cost or {}
+    want = cost.get("host_instance")
+    if not want:
+        return None, "cost.host_instance is not set: no price applies to this host"
+    for p in cost.get("prices") or []:
+        if p.get("instance") == want:
+            return dict(p), None
+    raise LadderError(f"cost.host_instance: {want!r} is not in cost.prices "
+                      f"({', '.join(p.get('instance', '?') for p in cost.get('prices') or [])})")
+
+
 def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: str, host: str,
               builds: Sequence[str], models: Sequence[str], evidence: Sequence[str],
               bench: Sequence[str], quality: Sequence[str] = (),
-              ledger: Sequence[str] = ()) -> dict[str, Any]:
+              ledger: Sequence[str] = (), bandwidth: Sequence[str] = (),
+              report_cfg: Mapping[str, Any] | None = None,
+              cost: Mapping[str, Any] | None = None) -> dict[str, Any]:
     missing: list[dict[str, str]] = []
     src = (_load_all([source], missing) or [{}])[0]
     host_doc = (_load_all([host], missing) or [{}])[0]
@@ -134,6 +183,10 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
         summary["seed"] = doc["seed"]
         summary["orders"] = doc["orders"]
         summary["workload_spec"] = doc["workload_spec"]
+        measured = [x for x in doc["samples"] if not x.get("warmup")] or doc["samples"]
+        summary["model_size"] = measured[0].get("model_size") if measured else None
+        summary["model_n_params"] = next((x["model_n_params"] for x in measured
+                                          if x.get("model_n_params")), None)
         cells.append(summary)
     cells.sort(key=lambda c: (c["model"]["model"], c["quant"], c["workload"], c["threads"]))
 
@@ -157,6 +210,13 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
         ref = by_rung.get(plan.get("reference") or "")
         for rec in by_rung.values():
             rec["drift"] = judge_drift(rec, ref, tolerance)
+    bw_doc = (_load_all(list(bandwidth), missing) or [None])[0] if bandwidth else None
+    bw = (bw_doc or {}).get("bandwidth_gbps")
+    peak = (report_cfg or {}).get("peak_gflops")
+    price, price_note = host_price(cost)
+    for cell in cells:
+        cell["roofline"] = roofline(cell, bw, peak)
+        cell["cost"] = cost_table(cell, price)
     ledger_doc = (_load_all(list(ledger), missing) or [None])[0] if ledger else None
     ledger_cells = ledger_doc["cells"] if ledger_doc else []
     for cell in cells:
@@ -189,6 +249,10 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
         "quality_tolerance": tolerance,
         "cells": cells,
         "ledger": ledger_doc,
+        "bandwidth": bw_doc,
+        "peak_gflops": peak,
+        "cost": {"price": price, "note": price_note,
+                 "prices": list((cost or {}).get("prices") or [])},
         "missing": missing,
     }
 
@@ -198,32 +262,21 @@ def plan_twin(plan: Mapping[str, Any], rung: str) -> str:
     return plan.get("twin") if rung == plan.get("control") and plan.get("twin") else rung
 
 
-def _fmt_tps(x: float | None) -> str:
-    if x is None:
-        return "-"
-    return f"{x:.1f}" if x < 1000 else f"{x:.0f}"
-
-
-def render_md(doc: Mapping[str, Any], template: str) -> str:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(Path(template).parent)),
-        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
-    env.filters["tps"] = _fmt_tps
-    env.filters["pct"] = lambda x: "-" if x is None else f"{x * 100:.1f} %"
-    env.filters["mib"] = lambda d: ", ".join(f"{k} {v:.2f} MiB" for k, v in d.items()) or "-"
-    return env.get_template(Path(template).name).render(doc=doc)
-
-
 def write_report(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: str,
                  host: str, builds: Sequence[str], models: Sequence[str],
-                 evidence: Sequence[str], bench: Sequence[str], template: str, out_md: str,
-                 out_json: str, quality: Sequence[str] = (), ledger: Sequence[str] = ()) -> None:
+                 evidence: Sequence[str], bench: Sequence[str], out_json: str,
+                 quality: Sequence[str] = (), ledger: Sequence[str] = (),
+                 bandwidth: Sequence[str] = (), report_cfg: Mapping[str, Any] | None = None,
+                 cost: Mapping[str, Any] | None = None) -> None:
+    """The report JSON, checked against workflow/schemas/report.schema.yaml before writing."""
+    from ladder.render import validate
+
     doc = build_doc(plan=plan, stats_cfg=stats_cfg, source=source, host=host, builds=builds,
-                    models=models, evidence=evidence, bench=bench, quality=quality, ledger=ledger)
+                    models=models, evidence=evidence, bench=bench, quality=quality, ledger=ledger,
+                    bandwidth=bandwidth, report_cfg=report_cfg, cost=cost)
+    doc["plan"] = dict(plan)
+    validate(doc, out_json)
     atomic_write_json(out_json, doc)
-    atomic_write_text(out_md, render_md(doc, template))
 
 
 def write_rung_card(*, rung: Mapping[str, Any], inputs: Sequence[str], out_json: str) -> None:

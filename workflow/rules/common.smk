@@ -71,7 +71,11 @@ def report_inputs(wildcards):
             for m, q in PLAN.model_quants()
             for r in PLAN.quality_rungs()
         ],
-        "template": os.path.join(workflow.basedir, "workflow/templates/ladder.md.j2"),
+        "bandwidth": (
+            ["results/host/bandwidth.json"]
+            if config["report"]["bandwidth_probe"]["enabled"]
+            else []
+        ),
         "ledger": ["results/dispatch/ledger.json"] if PLAN.dispatch_enabled else [],
         "gate": (
             ["results/dispatch/gate.ok"]
@@ -141,4 +145,11 @@ def ledger_inputs(wildcards):
     models = sorted({m for m, _ in PLAN.model_quants()})
     return [
         f"results/dispatch/{m}/{r}.json" for m in models for r in PLAN.dispatch_rungs()
+    ]
+
+
+def render_templates():
+    return [
+        os.path.join(workflow.basedir, "workflow/templates", t)
+        for t in ("ladder.md.j2", "ladder.html.j2")
     ]

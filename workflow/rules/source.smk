@@ -25,3 +25,18 @@ rule host_facts:
         code=code_hash("host"),
     script:
         "../../scripts/host_facts.py"
+
+
+rule bandwidth:
+    output:
+        json="results/host/bandwidth.json",
+    log:
+        "logs/host/bandwidth.log",
+    conda:
+        "../../envs/ladder.yaml"
+    threads: workflow.cores
+    params:
+        probe=config["report"]["bandwidth_probe"],
+        code=code_hash("bandwidth"),
+    script:
+        "../../scripts/bandwidth.py"

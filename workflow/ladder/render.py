@@ -1,0 +1,116 @@
+"""Render the report JSON (the single source) to Markdown, standalone HTML and PNG figures.
+
+    python -m ladder.render results/report/ladder.json [--out DIR]
+
+re-renders from an existing results directory (e.g. one copied from another host) without
+running anything else. The JSON is checked against ``workflow/schemas/report.schema.yaml``
+first; a problem names the file and the JSON path at fault.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as dt
+import os
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+import jinja2
+import jsonschema
+import yaml
+
+from ladder.errors import LadderError
+from ladder.figures import draw_all
+from ladder.io import atomic_write_text, read_json
+
+WORKFLOW = Path(__file__).resolve().parent.parent
+TEMPLATES = WORKFLOW / "templates"
+SCHEMA = WORKFLOW / "schemas" / "report.schema.yaml"
+
+
+def validate(doc: Any, where: str) -> None:
+    schema = yaml.safe_load(SCHEMA.read_text())
+    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(doc),
+                    key=lambda e: list(e.absolute_path))
+    if errors:
+        first = errors[0]
+        path = "/".join(str(p) for p in first.absolute_path) or "(top level)"
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise LadderError(f"{where}: not a ladder report at {path}: {first.message[:300]}{more}")
+
+
+def _fmt_tps(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.1f}" if x < 1000 else f"{x:.0f}"
+
+
+def environment(link_base: str) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",),
+                                            default_for_string=False),
+    )
+    env.filters["tps"] = _fmt_tps
+    env.filters["pct"] = lambda x: "-" if x is None else f"{x * 100:.1f} %"
+    env.filters["mib"] = lambda d: ", ".join(f"{k} {v:.2f} MiB" for k, v in d.items()) or "-"
+    env.filters["usd"] = lambda x: "-" if x is None else (f"${x:.3f}" if x < 10 else f"${x:.2f}")
+    env.filters["link"] = lambda p: p if not p or os.path.isabs(p) else f"{link_base}{p}"
+    return env
+
+
+def render_md(doc: Mapping[str, Any], figures: Mapping[str, Any] | None = None,
+              link_base: str = "../../", template: str = "ladder.md.j2") -> str:
+    return environment(link_base).get_template(template).render(doc=doc, figures=figures or {})
+
+
+def _data_uri(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
+
+
+def render_all(doc_path: str | Path, out_dir: str | Path, workdir: str | Path = ".",
+               validate_doc: bool = True) -> dict[str, str]:
+    """ladder.md, ladder.html and figures/*.png under out_dir, from one report JSON."""
+    doc_path = Path(doc_path)
+    doc = read_json(doc_path)
+    if validate_doc:
+        validate(doc, str(doc_path))
+    out = Path(out_dir)
+    fig_dir = out / "figures"
+    figures = draw_all(doc, fig_dir)
+    uris = {p.name: _data_uri(p) for p in sorted(fig_dir.glob("*.png"))}
+    link_base = os.path.relpath(Path(workdir).resolve(), out.resolve()) + "/"
+    link_base = "" if link_base == "./" else link_base
+    md = render_md(doc, figures, link_base)
+    html = environment(link_base).get_template("ladder.html.j2").render(
+        doc=doc, figures=figures, uris=uris,
+        rendered_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+    atomic_write_text(out / "ladder.md", md)
+    atomic_write_text(out / "ladder.html", html)
+    return {"md": str(out / "ladder.md"), "html": str(out / "ladder.html"),
+            "figures": str(fig_dir)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="ladder render", description=__doc__.splitlines()[0])
+    ap.add_argument("report_json", nargs="?", default="results/report/ladder.json")
+    ap.add_argument("--out", default=None, help="output directory (default: beside the JSON)")
+    ap.add_argument("--workdir", default=".", help="directory the result paths are relative to")
+    args = ap.parse_args(argv)
+    try:
+        paths = render_all(args.report_json, args.out or Path(args.report_json).parent,
+                           args.workdir)
+    except LadderError as exc:
+        print(f"ladder render: {exc}", file=sys.stderr)
+        return 1
+    for kind, p in paths.items():
+        print(f"{kind}: {p}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
