@@ -62,8 +62,8 @@ def test_report_structure(report, run_dir):
     assert report["ladder_order"] == ["floor", "native_repack", "amx", "kleidiai_x86"]
     assert report["control"] == "control" and report["twin"] == "native_repack"
     assert report["missing"] == []
-    assert {(c["quant"], c["workload"]) for c in report["cells"]} == {("q4_0", "pp64"),
-                                                                    ("q4_0", "tg16")}
+    assert {(c["quant"], c["workload"], c["threads"]) for c in report["cells"]} == {
+        ("q4_0", w, t) for w in ("pp16", "pp64", "tg16") for t in {1, os.cpu_count()}}
     md = (run_dir / "results" / "report" / "ladder.md").read_text()
     assert "## Headline" in md and "## Evidence per rung" in md and "## Provenance" in md
     prov = report["provenance"]
@@ -177,7 +177,7 @@ def test_changing_one_rung_reruns_only_what_includes_it(run_dir, tmp_path):
               if len(line.split()) == 2 and line.split()[1].isdigit()}
     assert counts.get("build") == 1  # only the floor; native/amx/control keep their builds
     assert counts.get("evidence") == 1  # only the floor's evidence
-    assert counts.get("bench") == 2  # both cells include the floor
+    assert counts.get("bench") == 6  # every cell includes the floor (3 workloads x 2 thread counts)
     assert counts.get("quality") == 4  # the floor's own, and every rung compared with it
     assert counts.get("dispatch") == 1  # only the floor's sweep; the ledger is rebuilt
     assert counts.get("ledger") == 1
@@ -263,6 +263,7 @@ def test_report_files_schema_and_roofline(report, run_dir):
     assert html.count("data:image/png;base64,") >= len(report["cells"])
     pngs = sorted(p.name for p in (rep / "figures").glob("*.png"))
     assert "drift_vs_speedup.png" in pngs and "roofline_decode.png" in pngs
+    assert any(p.startswith("prefill_") for p in pngs) and any(p.startswith("threads_") for p in pngs)
     assert report["bandwidth"]["bandwidth_gbps"] > 0
     decode = [c for c in report["cells"] if c["workload"] == "tg16"]
     assert decode and all(c["roofline"]["kind"] == "memory bandwidth" for c in decode)
@@ -345,5 +346,6 @@ def test_must_dispatch_gate_fails_the_workflow_and_keeps_the_ledger(run_dir, tmp
     res = snakemake(run_dir, config=gated)
     assert res.returncode != 0
     assert "native_repack/q4_0/decode_short/t1: HYBRID" in res.stderr + res.stdout
+    assert "rule dispatch:" not in res.stderr + res.stdout  # the gate reruns no sweep
     ledger = json.loads((run_dir / "results" / "dispatch" / "ledger.json").read_text())
     assert not ledger["gate"]["passed"]

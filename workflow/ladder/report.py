@@ -241,6 +241,7 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
             "quantizer_build_key": plan.get("quantizer_build_key"),
             "models": model_docs,
             "stats": dict(stats_cfg),
+            "tools": tool_versions(),
         },
         "rungs": rungs,
         "evidence": evidence_by_quant,
@@ -255,6 +256,20 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
                  "prices": list((cost or {}).get("prices") or [])},
         "missing": missing,
     }
+
+
+def tool_versions() -> dict[str, str | None]:
+    """Versions of the Python tools the report was assembled with."""
+    from importlib import metadata
+
+    out: dict[str, str | None] = {}
+    for dist in ("snakemake", "numpy", "scipy", "pandas", "matplotlib", "jinja2", "jsonschema",
+                 "gguf", "huggingface-hub"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
 
 
 def plan_twin(plan: Mapping[str, Any], rung: str) -> str:

@@ -17,7 +17,8 @@ rule dispatch:
             "family": PLAN.rung(wc.rung).family,
         },
         quants=dispatch_quants,
-        settings=config["dispatch"],
+        # the gate (must_dispatch) is the ledger's business: editing it reruns no sweep
+        settings={k: v for k, v in config["dispatch"].items() if k != "must_dispatch"},
         threads=lambda wc: PLAN.dispatch_threads(),
         code=code_hash(
             "dispatch", "kernels", "uprobes", "debugger", "lldb_driver", "run"
