@@ -169,7 +169,7 @@ def test_changing_one_rung_reruns_only_what_includes_it(run_dir, tmp_path):
     floor = cfg["ladders"]["x86_64"]["rungs"][0]
     floor["cflags"] = ["-fno-unroll-loops"]  # any change to the floor's binary
     changed = tmp_path / "changed.yaml"
-    changed.write_text(yaml.safe_dump(cfg))
+    changed.write_text(yaml.safe_dump(cfg, sort_keys=False))
     res = snakemake(run_dir, "-n", "--quiet", "rules", config=changed)
     assert res.returncode == 0, res.stderr
     out = res.stdout
@@ -342,10 +342,11 @@ def test_must_dispatch_gate_fails_the_workflow_and_keeps_the_ledger(run_dir, tmp
         {"rung": "native_repack", "quant": "q4_0", "workload": "decode_short",
          "accept": ["DISPATCHED"]}]
     gated = tmp_path / "gated.yaml"
-    gated.write_text(yaml.safe_dump(cfg))
+    gated.write_text(yaml.safe_dump(cfg, sort_keys=False))
     res = snakemake(run_dir, config=gated)
     assert res.returncode != 0
     assert "native_repack/q4_0/decode_short/t1: HYBRID" in res.stderr + res.stdout
-    assert "rule dispatch:" not in res.stderr + res.stdout  # the gate reruns no sweep
+    out = res.stderr + res.stdout
+    assert "rule dispatch:" not in out and "rule bench:" not in out  # the gate reruns no sweep
     ledger = json.loads((run_dir / "results" / "dispatch" / "ledger.json").read_text())
     assert not ledger["gate"]["passed"]
