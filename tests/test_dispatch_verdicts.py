@@ -86,6 +86,13 @@ def test_kleidiai_advertised_variant_ran_is_dispatched():
     assert v["verdict"] == "DISPATCHED"
 
 
+def test_amx_decode_names_its_vnni_kernels():
+    # measured here: decode (M == 1) runs the AMX buffer's AVX512-VNNI kernels, no tile code
+    v = judge_cell(expected=X86["amx"], families=X86, resolution=res(X86),
+                   totals=t(amx=(1016, 2032, {"VNNI": 1016})), advertised=True)
+    assert v["verdict"] == "DISPATCHED" and "TILE 0, VNNI 1016" in v["detail"]
+
+
 def test_unmeasured_and_undeclared():
     v = judge_cell(expected=X86["repack"], families=X86, resolution=res(X86), totals={},
                    advertised=True, unmeasured="no instrumentation method: uprobes unavailable")

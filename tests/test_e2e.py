@@ -216,6 +216,11 @@ def test_dispatch_ledger(report, run_dir):
         crashed = [c for c in by["amx"] if c["verdict"] == "CRASHED"]
         for c in crashed:
             assert "SIG" in c["detail"], c
+        for c in by["amx"]:
+            if c["phase"] == "decode" and c["verdict"] in ("DISPATCHED", "HYBRID"):
+                # ggml's AMX buffer runs AVX512-VNNI kernels for M == 1, never the tiles
+                v = c["L3"]["families"]["amx"]["variants"]
+                assert v.get("VNNI", 0) > 0 and v.get("TILE", 0) == 0, c
     assert "control" not in by  # the control is its twin's build
     assert ledger["cost"]["ledger_ratio"] > 0
     # the verdict is carried beside every speedup

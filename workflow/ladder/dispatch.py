@@ -90,14 +90,18 @@ def judge_cell(*, expected: Family | None, families: FamilySet,
             ran_v = ", ".join(f"{v} {n}" for v, n in variants.items() if n)
             return out("SILENT_FALLBACK", f"init line advertised {advertised_variant} kernels, "
                        f"none executed; {expected.name} ran {ran_v}", share)
+    by_variant = (" (kernels by variant: " + ", ".join(
+        f"{v} {variants.get(v, 0)}" for v in expected.variants) + ")") if (
+        expected.variants and any(variants.values())) else ""
     fallback = families.families.get(f"{expected.name}_generic")
     fb_hits = int(totals.get(fallback.name, {}).get("kernels", 0)) if fallback else 0
     unit = "calls" if exact else "first hits (presence only)"
     if not others and not fb_hits:
-        return out("DISPATCHED", f"{expected.name} {engaged} {kind} {unit}, nothing else", 1.0)
+        return out("DISPATCHED", f"{expected.name} {engaged} {kind} {unit}, nothing else"
+                   f"{by_variant}", 1.0)
     extra = f"; {fallback.name} kernels ran {fb_hits} times" if fb_hits else ""
     return out("HYBRID", f"{expected.name} {engaged} of {total} matmul dispatches; also {ran}"
-               f"{extra}", share if exact else None)
+               f"{extra}{by_variant}", share if exact else None)
 
 
 # --- one rung's sweep ----------------------------------------------------------------------
