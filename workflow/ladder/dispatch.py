@@ -189,6 +189,7 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
             argv = workload_argv(bin_dir, model["path"], spec, t, rung.get("bench_argv") or [])
             res = run(argv, env=dict(rung.get("env") or {}), timeout_s=timeout)
             atomic_write_text(raw / f"{quant}.{workload}.t{t}.plain.stderr", res.stderr)
+            atomic_write_text(raw / f"{quant}.{workload}.t{t}.plain.json", res.stdout)
             baselines[(quant, workload, t)] = res
 
     def measure_all(session: Any) -> None:
@@ -260,6 +261,7 @@ def _cell(*, rung: Mapping[str, Any], quant: str, workload: str, spec: Mapping[s
         hits = session.delta(before)
         inst_wall, inst_fail = inst.wall_s, inst.failure()
         atomic_write_text(f"{stem}.probed.stderr", inst.stderr)
+        atomic_write_text(f"{stem}.probed.json", inst.stdout)
         if inst.signal_name:
             crash = {"signal": inst.signal_name}
     else:
