@@ -69,7 +69,7 @@ def _curve(doc: Mapping[str, Any], cells: list[Mapping[str, Any]], x_of: Any, xl
     ax.set_ylabel("tokens/s (median)")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return {"id": fid, "title": title, "file": _save(fig, out_dir, fid), "caption": caption}
 
 
@@ -165,7 +165,7 @@ def roofline_bars(doc: Mapping[str, Any], out_dir: Path) -> dict[str, Any]:
     ax.set_xticklabels(groups, fontsize=8)
     ax.set_ylabel("% of bandwidth / model bytes")
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(axis="y", alpha=0.3)
     bw = (doc.get("bandwidth") or {}).get("bandwidth_gbps")
     return {"id": fid, "title": title, "file": _save(fig, out_dir, fid),
