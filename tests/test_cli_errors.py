@@ -36,6 +36,7 @@ def dry_run(tmp_path: Path, override: dict, env: dict | None = None) -> subproce
     ({"quality": {"ctx": 64, "chunks": 2}},
      "quality.chunks/quality.ctx: 2 chunks of 64 score 62 tokens; llama-perplexity prints no KL "
      "statistics under 100"),
+    ({"cost": {"host_instance": "m9.huge"}}, "cost.host_instance: 'm9.huge' is not in cost.prices"),
 ])
 def test_bad_config_is_named(tmp_path, override, expected):
     res = dry_run(tmp_path, override)

@@ -28,8 +28,6 @@ from ladder.run import diagnose_crash, run
 log = logging.getLogger("ladder.dispatch")
 FORMAT = "ladder-dispatch/1"
 LEDGER_FORMAT = "ladder-ledger/1"
-VERDICTS = ("DISPATCHED", "HYBRID", "SILENT_FALLBACK", "CRASHED", "NOT_APPLICABLE",
-            "NO_SYMBOLS", "UNMEASURED")
 CREDITED = {"DISPATCHED", "HYBRID"}
 
 
@@ -105,6 +103,15 @@ def judge_cell(*, expected: Family | None, families: FamilySet,
 
 
 # --- one rung's sweep ----------------------------------------------------------------------
+def workload_phase(spec: Mapping[str, Any]) -> str | None:
+    """'prefill' (n_prompt only), 'decode' (n_gen only), or None for a mixed workload."""
+    if spec.get("n_prompt") and not spec.get("n_gen") and not spec.get("n_depth"):
+        return "prefill"
+    if spec.get("n_gen") and not spec.get("n_prompt") and not spec.get("n_depth"):
+        return "decode"
+    return None
+
+
 def workload_argv(bin_dir: Path, model: str, spec: Mapping[str, int], threads: int,
                   bench_argv: Sequence[str]) -> list[str]:
     return [str(bin_dir / "llama-bench"), "-m", model, "-p", str(spec.get("n_prompt", 0)),
@@ -181,12 +188,15 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
     cells_spec = [(q, w, spec, t) for q in quants for w, spec in settings["workloads"].items()
                   if spec for t in threads]
 
+    inputs = {q: (read_json(m["model"]), read_json(m["evidence"]) if m.get("evidence") else {})
+              for q, m in quants.items()}
+
     # Uninstrumented runs first: registered uprobes fire in every process mapping the library.
     baselines: dict[tuple[str, str, int], Any] = {}
     if unmeasured is None:
         for quant, workload, spec, t in cells_spec:
-            model = read_json(quants[quant]["model"])
-            argv = workload_argv(bin_dir, model["path"], spec, t, rung.get("bench_argv") or [])
+            argv = workload_argv(bin_dir, inputs[quant][0]["path"], spec, t,
+                                 rung.get("bench_argv") or [])
             res = run(argv, env=dict(rung.get("env") or {}), timeout_s=timeout)
             atomic_write_text(raw / f"{quant}.{workload}.t{t}.plain.stderr", res.stderr)
             atomic_write_text(raw / f"{quant}.{workload}.t{t}.plain.json", res.stdout)
@@ -196,9 +206,10 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
         for quant, workload, spec, t in cells_spec:
             doc["cells"].append(_cell(
                 rung=rung, quant=quant, workload=workload, spec=spec, threads=t,
-                meta=quants[quant], fset=fset, expected=expected,
-                resolution=doc["resolution"].get("families", {}),
-                probes=probes, method=method, handle=handle, session=session,
+                model=inputs[quant][0], evidence=inputs[quant][1], fset=fset,
+                expected=expected, resolution=doc["resolution"].get("families", {}),
+                probes=probes, probe_dicts=doc["probes"], method=method, handle=handle,
+                session=session,
                 unmeasured=unmeasured, bin_dir=bin_dir, raw=raw, timeout=timeout,
                 host_flags=host_flags, base=baselines.get((quant, workload, t))))
             atomic_write_json(out_json + ".partial", doc)  # nothing measured is lost
@@ -223,21 +234,21 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
 
 
 def _cell(*, rung: Mapping[str, Any], quant: str, workload: str, spec: Mapping[str, int],
-          threads: int, meta: Mapping[str, str], fset: FamilySet, expected: Family | None,
-          resolution: Mapping[str, Any], probes: list[Probe], method: str | None, handle: Any,
-          session: Any, unmeasured: str | None, bin_dir: Path, raw: Path, timeout: float,
-          host_flags: frozenset[str], base: Any) -> dict[str, Any]:
-    model = read_json(meta["model"])
-    evidence = read_json(meta["evidence"]) if meta.get("evidence") else {}
-    phase = "prefill" if spec.get("n_prompt") else "decode"
+          threads: int, model: Mapping[str, Any], evidence: Mapping[str, Any],
+          fset: FamilySet, expected: Family | None, resolution: Mapping[str, Any],
+          probes: list[Probe], probe_dicts: Sequence[Mapping[str, Any]], method: str | None,
+          handle: Any, session: Any, unmeasured: str | None, bin_dir: Path, raw: Path,
+          timeout: float, host_flags: frozenset[str], base: Any) -> dict[str, Any]:
+    phase = workload_phase(spec)  # one phase per workload: checked with the config
     cell: dict[str, Any] = {"rung": rung["name"], "family": expected.name if expected else None,
                             "quant": quant, "workload": workload, "phase": phase,
                             "threads": threads, "method": method}
     buffers = evidence.get("weight_buffers_mib") or {}
-    fam = expected
-    cell["L1"] = {"host_flags": {f: f in host_flags for f in (fam.host_flags if fam else ())}}
-    advertised_variant = evidence.get("kleidiai_primary") if fam and fam.variants else None
-    advertised = bool(fam) and (fam.buffer is None or buffers.get(fam.buffer, 0.0) > 0.0)
+    needed = expected.host_flags if expected else ()
+    cell["L1"] = {"host_flags": {f: f in host_flags for f in needed}}
+    advertised_variant = evidence.get("kleidiai_primary") if expected and expected.variants else None
+    advertised = bool(expected) and (
+        expected.buffer is None or buffers.get(expected.buffer, 0.0) > 0.0)
     cell["L2"] = {"evidence_status": evidence.get("status"), "weight_buffers_mib": buffers,
                   "compiled_features": {k: v for k, v in
                                         (evidence.get("compiled_features") or {}).items()
@@ -245,7 +256,7 @@ def _cell(*, rung: Mapping[str, Any], quant: str, workload: str, spec: Mapping[s
                   "vendor_lines": evidence.get("vendor_lines") or [],
                   "advertised": advertised, "advertised_variant": advertised_variant}
     if unmeasured:
-        cell.update(judge_cell(expected=fam, families=fset, resolution=resolution, totals={},
+        cell.update(judge_cell(expected=expected, families=fset, resolution=resolution, totals={},
                                advertised=advertised, unmeasured=unmeasured))
         cell["L3"] = None
         return cell
@@ -281,7 +292,7 @@ def _cell(*, rung: Mapping[str, Any], quant: str, workload: str, spec: Mapping[s
     if crash is None and base.signal_name:
         crash = {"signal": base.signal_name}
     if crash is None and (base.failure() or inst_fail):
-        cell.update(judge_cell(expected=fam, families=fset, resolution=resolution, totals={},
+        cell.update(judge_cell(expected=expected, families=fset, resolution=resolution, totals={},
                                advertised=advertised,
                                unmeasured=f"the run failed: {base.failure() or inst_fail}"))
         cell["L3"] = None
@@ -290,9 +301,8 @@ def _cell(*, rung: Mapping[str, Any], quant: str, workload: str, spec: Mapping[s
     if crash and not crash.get("symbol"):
         diag = diagnose_crash(argv, env=env, timeout_s=timeout)
         crash.update({k: v for k, v in diag.items() if v is not None and k != "signal"})
-    probe_dicts = [p.as_dict() for p in probes]
     totals = family_totals(probe_dicts, hits)
-    cell.update(judge_cell(expected=fam, families=fset, resolution=resolution, totals=totals,
+    cell.update(judge_cell(expected=expected, families=fset, resolution=resolution, totals=totals,
                            advertised=advertised, advertised_variant=advertised_variant,
                            crash=crash, exact=method in ("uprobe", "lldb")))
     cell["L3"] = {

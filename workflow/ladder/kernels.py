@@ -50,8 +50,7 @@ class Family:
     description: str = ""
 
     def patterns(self) -> dict[str, re.Pattern[str]]:
-        out = {k: re.compile(getattr(self, k)) for k in KINDS if getattr(self, k)}
-        return out
+        return {k: re.compile(getattr(self, k)) for k in KINDS if getattr(self, k)}
 
 
 @dataclass(frozen=True)
@@ -86,8 +85,9 @@ def load_families(arch: str, path: str | Path | None = None) -> FamilySet:
         if not f.get("dispatch") and not f.get("kernels"):
             raise LadderError(f"kernel families file {p}: {arch}.families.{name} needs "
                               "'dispatch' or 'kernels'")
-        for key in ("dispatch", "kernels", *[f"variants.{v}" for v in f.get("variants") or {}]):
-            rx = f.get(key) if "." not in key else f["variants"][key.split(".", 1)[1]]
+        regexes = {k: f.get(k) for k in KINDS}
+        regexes.update({f"variants.{v}": rx for v, rx in (f.get("variants") or {}).items()})
+        for key, rx in regexes.items():
             if rx is None:
                 continue
             try:

@@ -13,6 +13,7 @@ from ladder.errors import LadderError
 from ladder.io import canonical_hash
 from ladder.kernels import load_families
 from ladder.quality import check_settings
+from ladder.report import host_price
 from ladder.recipes import (
     Recipe,
     Rung,
@@ -107,6 +108,8 @@ class Plan:
         quality = config.get("quality") or {}
         if quality.get("enabled"):
             check_settings(quality)
+        # an unknown cost.host_instance fails now, not after the measurements
+        host_price(config.get("cost"))
         dispatch = config.get("dispatch") or {}
         if dispatch.get("enabled"):
             check_dispatch(dispatch, rungs, name)

@@ -15,7 +15,7 @@ import datetime as dt
 import os
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import jinja2
 import jsonschema
@@ -63,11 +63,6 @@ def environment(link_base: str) -> jinja2.Environment:
     return env
 
 
-def render_md(doc: Mapping[str, Any], figures: Mapping[str, Any] | None = None,
-              link_base: str = "../../", template: str = "ladder.md.j2") -> str:
-    return environment(link_base).get_template(template).render(doc=doc, figures=figures or {})
-
-
 def _data_uri(path: Path) -> str:
     return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
 
@@ -82,11 +77,13 @@ def render_all(doc_path: str | Path, out_dir: str | Path, workdir: str | Path = 
     out = Path(out_dir)
     fig_dir = out / "figures"
     figures = draw_all(doc, fig_dir)
-    uris = {p.name: _data_uri(p) for p in sorted(fig_dir.glob("*.png"))}
+    drawn = [*figures["ladder"].values(), *figures["prefill"], *figures["threads"],
+             figures["drift"], figures["roofline"]]
+    uris = {f["file"]: _data_uri(fig_dir / f["file"]) for f in drawn if f["file"]}
     link_base = os.path.relpath(Path(workdir).resolve(), out.resolve()) + "/"
-    link_base = "" if link_base == "./" else link_base
-    md = render_md(doc, figures, link_base)
-    html = environment(link_base).get_template("ladder.html.j2").render(
+    env = environment("" if link_base == "./" else link_base)
+    md = env.get_template("ladder.md.j2").render(doc=doc, figures=figures)
+    html = env.get_template("ladder.html.j2").render(
         doc=doc, figures=figures, uris=uris,
         rendered_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
     atomic_write_text(out / "ladder.md", md)

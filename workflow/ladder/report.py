@@ -7,8 +7,8 @@ from typing import Any, Mapping, Sequence
 
 from ladder import stats
 from ladder.errors import LadderError
-from ladder.io import atomic_write_json, atomic_write_text, read_json
-from ladder.dispatch import CREDITED
+from ladder.io import atomic_write_json, read_json
+from ladder.dispatch import CREDITED, workload_phase
 from ladder.quality import judge_drift
 
 FORMAT = "ladder-report/1"
@@ -22,6 +22,12 @@ def _load_all(paths: Sequence[str], missing: list[dict[str, str]]) -> list[dict[
         except LadderError as exc:
             missing.append({"file": str(p), "problem": str(exc)})
     return docs
+
+
+def _load_first(paths: Sequence[str], missing: list[dict[str, str]]) -> Any:
+    """The first of ``paths`` (a rule input list of zero or one file), or None."""
+    docs = _load_all(list(paths)[:1], missing)
+    return docs[0] if docs else None
 
 
 def rung_status(plan_rung: Mapping[str, Any], build: Mapping[str, Any] | None,
@@ -68,14 +74,6 @@ def credit_line(ev: Mapping[str, Any] | None) -> str:
         return "no markers declared: nothing credited"
     return "; ".join(f"{c['mechanism']} {'credited' if c['credited'] else c['verdict']}"
                      for c in claims)
-
-
-def workload_phase(spec: Mapping[str, Any]) -> str | None:
-    if spec.get("n_prompt") and not spec.get("n_gen") and not spec.get("n_depth"):
-        return "prefill"
-    if spec.get("n_gen") and not spec.get("n_prompt") and not spec.get("n_depth"):
-        return "decode"
-    return None
 
 
 def dispatch_for(ledger_cells: Sequence[Mapping[str, Any]], rung: str, quant: str,
@@ -158,8 +156,8 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
               report_cfg: Mapping[str, Any] | None = None,
               cost: Mapping[str, Any] | None = None) -> dict[str, Any]:
     missing: list[dict[str, str]] = []
-    src = (_load_all([source], missing) or [{}])[0]
-    host_doc = (_load_all([host], missing) or [{}])[0]
+    src = _load_first([source], missing) or {}
+    host_doc = _load_first([host], missing) or {}
     build_docs = {b.get("build_key"): b for b in _load_all(builds, missing)}
     model_docs = _load_all(models, missing)
     ev_docs = _load_all(evidence, missing)
@@ -210,16 +208,15 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
         ref = by_rung.get(plan.get("reference") or "")
         for rec in by_rung.values():
             rec["drift"] = judge_drift(rec, ref, tolerance)
-    bw_doc = (_load_all(list(bandwidth), missing) or [None])[0] if bandwidth else None
+    bw_doc = _load_first(bandwidth, missing)
     bw = (bw_doc or {}).get("bandwidth_gbps")
     peak = (report_cfg or {}).get("peak_gflops")
     price, price_note = host_price(cost)
+    ledger_doc = _load_first(ledger, missing)
+    ledger_cells = ledger_doc["cells"] if ledger_doc else []
     for cell in cells:
         cell["roofline"] = roofline(cell, bw, peak)
         cell["cost"] = cost_table(cell, price)
-    ledger_doc = (_load_all(list(ledger), missing) or [None])[0] if ledger else None
-    ledger_cells = ledger_doc["cells"] if ledger_doc else []
-    for cell in cells:
         phase = workload_phase(cell.get("workload_spec") or {})
         for step in cell["steps"] + cell["vs_floor"]:
             step["credit"] = credit_line(evidence_by_quant.get(cell["quant"], {}).get(step["rung"]))
