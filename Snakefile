@@ -5,6 +5,7 @@ from snakemake.utils import min_version
 min_version("9.0")
 sys.path.insert(0, f"{workflow.basedir}/workflow")
 from ladder.config import validate_config
+from ladder.fleet import check_executor, explain_failures
 from ladder.quality import cleanup_logits
 
 
@@ -25,12 +26,36 @@ include: "workflow/rules/dispatch.smk"
 include: "workflow/rules/report.smk"
 
 
+localrules:
+    fetch_source,
+    fetch_model,
+    fetch_corpus,
+    rung,
+    ledger,
+    dispatch_gate,
+    report,
+    render,
+    fleet,
+
+
+onstart:
+    check_executor(HOSTS.values(), workflow)
+
+
 onsuccess:
-    cleanup_logits("results/quality/logits")
+    for h in HOSTS:
+        cleanup_logits(f"results/hosts/{h}/quality/logits")
+
+
+onerror:
+    explain_failures(log, HOSTS)
 
 
 rule all:
     default_target: True
     input:
-        "results/report/ladder.html",
-        "results/report/ladder.md",
+        expand(
+            "results/hosts/{host}/report/ladder.{ext}", host=HOSTS, ext=["html", "md"]
+        ),
+        "results/report/fleet.html",
+        "results/report/fleet.md",

@@ -14,14 +14,15 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def dry_run(tmp_path: Path, override: dict, env: dict | None = None) -> subprocess.CompletedProcess:
+def dry_run(tmp_path: Path, override: dict, env: dict | None = None,
+            targets: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     (tmp_path / "config").mkdir(exist_ok=True)
     shutil.copy(ROOT / "config" / "config.yaml", tmp_path / "config" / "config.yaml")
     (tmp_path / "override.yaml").write_text(yaml.safe_dump(override))
     (tmp_path / "results").mkdir(exist_ok=True)
     (tmp_path / "results" / "keep.json").write_text("{}")  # something "already measured"
     argv = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path),
-            "--configfile", str(tmp_path / "override.yaml"), "-n", "--cores", "1"]
+            "--configfile", str(tmp_path / "override.yaml"), "-n", "--cores", "1", *targets]
     return subprocess.run(argv, capture_output=True, text=True, timeout=300,
                           env={**os.environ, **(env or {})}, cwd=tmp_path)
 
@@ -37,6 +38,19 @@ def dry_run(tmp_path: Path, override: dict, env: dict | None = None) -> subproce
      "quality.chunks/quality.ctx: 2 chunks of 64 score 62 tokens; llama-perplexity prints no KL "
      "statistics under 100"),
     ({"cost": {"host_instance": "m9.huge"}}, "cost.host_instance: 'm9.huge' is not in cost.prices"),
+    ({"hosts": [{"name": "c7g", "executor": "slurm", "arch": "aarch64", "cpus": 2}]},
+     "hosts[0] (c7g): a slurm host needs a partition or a constraint"),
+    ({"hosts": [{"name": "c7g", "executor": "slurm", "partition": "c7g", "cpus": 2}]},
+     "hosts[0] (c7g).arch: a slurm host must name its arch"),
+    ({"hosts": [{"name": "c7g", "executor": "slurm", "arch": "aarch64", "partition": "c7g"}]},
+     "hosts[0] (c7g).cpus: a slurm host needs the CPUs its jobs ask for"),
+    ({"hosts": [{"name": "a"}, {"name": "a", "executor": "slurm", "arch": "x86_64",
+                                "partition": "p", "cpus": 2}]},
+     "hosts[1] (a).name: 'a' is listed twice"),
+    ({"hosts": [{"name": "c7g", "executor": "slurm", "arch": "aarch64", "partition": "c7g",
+                 "cpus": 2, "instance": "c9g.nano"}]},
+     "hosts[].instance: 'c9g.nano' is not in cost.prices"),
+    ({"hosts": [{"name": "Bad-Name"}]}, "Bad-Name"),
 ])
 def test_bad_config_is_named(tmp_path, override, expected):
     res = dry_run(tmp_path, override)
@@ -48,11 +62,34 @@ def test_bad_config_is_named(tmp_path, override, expected):
 def test_missing_build_tool_is_named(tmp_path):
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    # a PATH with python and a compiler but no cmake/ninja
-    for tool in ("cc", "c++", "ccache", "git"):
+    # a PATH with python, a shell and a compiler but no cmake/ninja (the SLURM executor plugin
+    # runs `which sacct` when Snakemake loads it)
+    for tool in ("cc", "c++", "ccache", "git", "which", "sh", "bash"):
         found = shutil.which(tool)
         if found:
             (bindir / tool).symlink_to(found)
     res = dry_run(tmp_path, {}, env={"PATH": f"{bindir}:{Path(sys.executable).parent}"})
     assert res.returncode != 0
     assert "missing tools: cmake, ninja not on PATH" in res.stdout + res.stderr
+
+
+def test_unknown_host_in_a_target_is_named(tmp_path):
+    res = dry_run(tmp_path, {}, targets=("results/hosts/nohost/report/ladder.json",))
+    assert res.returncode != 0
+    assert "unknown host 'nohost' (hosts: local)" in res.stdout + res.stderr
+
+
+def test_slurm_host_needs_the_slurm_profile(tmp_path):
+    """A run without the SLURM executor would run a slurm host's jobs here: refused by name."""
+    override = {"hosts": [{"name": "c7g", "executor": "slurm", "arch": "aarch64",
+                           "partition": "c7g", "cpus": 2}]}
+    (tmp_path / "config").mkdir(exist_ok=True)
+    shutil.copy(ROOT / "config" / "config.yaml", tmp_path / "config" / "config.yaml")
+    (tmp_path / "override.yaml").write_text(yaml.safe_dump(override))
+    argv = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path),
+            "--configfile", str(tmp_path / "override.yaml"), "--cores", "1"]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert res.returncode != 0
+    assert "host c7g is a slurm host (SLURM partition c7g), but this run uses the local " \
+           "executor" in res.stdout + res.stderr
+    assert not (tmp_path / "results" / "hosts" / "c7g").exists()  # nothing ran here for it

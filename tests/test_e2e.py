@@ -20,6 +20,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 E2E_CONFIG = ROOT / "tests" / "configs" / "e2e.yaml"
+HOST = Path("results/hosts/local")  # the one local host's results
 
 pytestmark = [
     pytest.mark.e2e,
@@ -49,7 +50,7 @@ def run_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def report(run_dir):
-    return json.loads((run_dir / "results" / "report" / "ladder.json").read_text())
+    return json.loads((run_dir / HOST / "report" / "ladder.json").read_text())
 
 
 def has_amx() -> bool:
@@ -64,7 +65,7 @@ def test_report_structure(report, run_dir):
     assert report["missing"] == []
     assert {(c["quant"], c["workload"], c["threads"]) for c in report["cells"]} == {
         ("q4_0", w, t) for w in ("pp16", "pp64", "tg16") for t in {1, os.cpu_count()}}
-    md = (run_dir / "results" / "report" / "ladder.md").read_text()
+    md = (run_dir / HOST / "report" / "ladder.md").read_text()
     assert "## Headline" in md and "## Evidence per rung" in md and "## Provenance" in md
     prov = report["provenance"]
     assert prov["source"]["upstream_commit"] == "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
@@ -75,7 +76,7 @@ def test_report_structure(report, run_dir):
 
 def test_every_sample_traces_to_a_raw_file(report, run_dir):
     for cell in report["cells"]:
-        doc = json.loads((run_dir / "results" / "bench" / "gemma3-270m" / cell["quant"] /
+        doc = json.loads((run_dir / HOST / "bench" / "gemma3-270m" / cell["quant"] /
                           cell["workload"] / f"t{cell['threads']}.json").read_text())
         assert doc["samples"], "no samples"
         for s in doc["samples"]:
@@ -153,8 +154,8 @@ def test_quality_drift_against_the_floor(report, run_dir):
     if has_amx():
         assert q["amx"]["status"] in {"ok", "crashed"}
     # the base logits are a temporary artifact: gone after a successful run
-    assert list((run_dir / "results" / "quality" / "logits").glob("*.kld")) == []
-    md = (run_dir / "results" / "report" / "ladder.md").read_text()
+    assert list((run_dir / HOST / "quality" / "logits").glob("*.kld")) == []
+    md = (run_dir / HOST / "report" / "ladder.md").read_text()
     assert "## Quality drift against the floor" in md
 
 
@@ -172,9 +173,7 @@ def test_changing_one_rung_reruns_only_what_includes_it(run_dir, tmp_path):
     changed.write_text(yaml.safe_dump(cfg, sort_keys=False))
     res = snakemake(run_dir, "-n", "--quiet", "rules", config=changed)
     assert res.returncode == 0, res.stderr
-    out = res.stdout
-    counts = {line.split()[0]: int(line.split()[1]) for line in out.splitlines()
-              if len(line.split()) == 2 and line.split()[1].isdigit()}
+    counts = rule_counts(res.stdout)
     assert counts.get("build") == 1  # only the floor; native/amx/control keep their builds
     assert counts.get("evidence") == 1  # only the floor's evidence
     assert counts.get("bench") == 6  # every cell includes the floor (3 workloads x 2 thread counts)
@@ -186,11 +185,58 @@ def test_changing_one_rung_reruns_only_what_includes_it(run_dir, tmp_path):
 
 
 def test_single_rung_target(run_dir):
-    res = snakemake(run_dir, "results/rungs/native_repack.json")
+    res = snakemake(run_dir, f"{HOST}/rungs/native_repack.json")
     assert res.returncode == 0, res.stderr[-3000:]
-    card = json.loads((run_dir / "results" / "rungs" / "native_repack.json").read_text())
+    card = json.loads((run_dir / HOST / "rungs" / "native_repack.json").read_text())
     assert card["build"]["status"] == "ok"
     assert card["evidence"][0]["weight_buffers_mib"]["CPU_REPACK"] > 0
+
+
+def rule_counts(out: str) -> dict[str, int]:
+    return {line.split()[0]: int(line.split()[1]) for line in out.splitlines()
+            if len(line.split()) == 2 and line.split()[1].isdigit()}
+
+
+def rung_paths(run_dir: Path, kind: str, rung: str) -> list[str]:
+    res = subprocess.run([sys.executable, "-m", "ladder.targets", kind, rung,
+                          "--configfile", str(E2E_CONFIG)],
+                         capture_output=True, text=True, cwd=run_dir, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.split()
+
+
+def test_rerun_one_rung_rebuilds_only_it(run_dir):
+    """README "Single-rung reruns" (a)/(b): force the rung's build; only what used it reruns."""
+    paths = rung_paths(run_dir, "build", "native_repack")
+    assert len(paths) == 1 and paths[0].endswith("/provenance.json")
+    res = snakemake(run_dir, "-n", "--quiet", "rules", "--forcerun", *paths)
+    assert res.returncode == 0, res.stderr
+    counts = rule_counts(res.stdout)
+    assert counts.get("build") == 1  # the floor, amx and quantizer builds stay
+    assert counts.get("evidence") == 2  # native_repack and its control twin (one binary)
+    assert counts.get("bench") == 6  # every cell measures all rungs interleaved
+    assert counts.get("quality") == 1 and counts.get("dispatch") == 1
+    assert "host_facts" not in counts and "quantize" not in counts
+
+
+def test_remeasure_one_rung_without_rebuilding(run_dir):
+    """README "Single-rung reruns" (c): force the rung's measurements, not its build."""
+    paths = rung_paths(run_dir, "measure", "native_repack")
+    res = snakemake(run_dir, "-n", "--quiet", "rules", "--forcerun", *paths)
+    assert res.returncode == 0, res.stderr
+    counts = rule_counts(res.stdout)
+    assert "build" not in counts
+    assert counts.get("evidence") == 1 and counts.get("quality") == 1
+    assert counts.get("dispatch") == 1 and counts.get("bench") == 6
+
+
+def test_fleet_report_of_one_host(run_dir):
+    fleet = json.loads((run_dir / "results" / "report" / "fleet.json").read_text())
+    (host,) = fleet["hosts"]
+    assert host["name"] == "local" and host["status"] == "reported"
+    assert host["slurm_jobs"] == [] and host["nodes"] == [platform.node()]
+    assert {c["workload"] for c in fleet["comparisons"]} == {"pp16", "pp64", "tg16"}
+    assert (run_dir / "results" / "report" / "fleet.html").stat().st_size > 2000
 
 
 def test_dispatch_ledger(report, run_dir):
@@ -226,7 +272,7 @@ def test_dispatch_ledger(report, run_dir):
     # the verdict is carried beside every speedup
     steps = [s for cell in report["cells"] for s in cell["steps"]]
     assert all(s["dispatch"] is not None for s in steps)
-    md = (run_dir / "results" / "report" / "ladder.md").read_text()
+    md = (run_dir / HOST / "report" / "ladder.md").read_text()
     assert "## Dispatch ledger" in md and "Dispatch: HYBRID" in md
 
 
@@ -261,7 +307,7 @@ def test_uprobe_counts_equal_lldb_counts_on_a_real_build(report, run_dir):
 def test_report_files_schema_and_roofline(report, run_dir):
     from ladder.render import validate
 
-    rep = run_dir / "results" / "report"
+    rep = run_dir / HOST / "report"
     validate(report, "ladder.json")
     html = (rep / "ladder.html").read_text()
     assert not re.search(r"""(src|href)=["']https?:""", html)  # standalone: no fetches
@@ -287,7 +333,7 @@ def test_html_report_in_headless_chromium(run_dir, tmp_path):
             pytest.fail("chromium is missing on CI (.ci/run installs it)")
         pytest.skip("no chromium on PATH (apt-get install chromium)")
     out = tmp_path / "rendered"
-    res = subprocess.run([sys.executable, "-m", "ladder.render", "results/report/ladder.json",
+    res = subprocess.run([sys.executable, "-m", "ladder.render", f"{HOST}/report/ladder.json",
                           "--out", str(out)], cwd=run_dir, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     js = """({
@@ -312,7 +358,7 @@ def test_rerender_lists_missing_and_malformed_inputs(report, run_dir, tmp_path):
     from ladder.render import render_all
     from ladder.report import write_report
 
-    res = run_dir / "results"
+    res = run_dir / HOST
     broken = tmp_path / "broken-evidence.json"
     broken.write_text('{"format": "ladder-evidence/1", "rung": ')
     evidence = sorted(str(p) for p in (res / "evidence").rglob("*.json"))
@@ -353,5 +399,5 @@ def test_must_dispatch_gate_fails_the_workflow_and_keeps_the_ledger(run_dir, tmp
     assert "native_repack/q4_0/decode_short/t1: HYBRID" in res.stderr + res.stdout
     out = res.stderr + res.stdout
     assert "rule dispatch:" not in out and "rule bench:" not in out  # the gate reruns no sweep
-    ledger = json.loads((run_dir / "results" / "dispatch" / "ledger.json").read_text())
+    ledger = json.loads((run_dir / HOST / "dispatch" / "ledger.json").read_text())
     assert not ledger["gate"]["passed"]

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ladder.host import host_brief
 from ladder.io import atomic_write_json
 
 FORMAT = "ladder-bandwidth/1"
@@ -53,7 +54,7 @@ def probe(out_json: str, size_mib: int = 256, repeats: int = 7) -> dict[str, Any
     cores = os.cpu_count() or 1
     runs = [copy_bandwidth(t, size_mib, repeats) for t in sorted({1, cores})]
     best = max(runs, key=lambda r: r["best_gbps"])
-    doc = {"format": FORMAT, "method": f"numpy copy, {size_mib} MiB per thread, best of "
+    doc = {"format": FORMAT, "ran_on": host_brief(), "method": f"numpy copy, {size_mib} MiB per thread, best of "
                                        f"{repeats}, read+write bytes",
            "numpy": np.__version__, "python": platform.python_version(), "runs": runs,
            "bandwidth_gbps": best["best_gbps"], "threads_at_best": best["threads"],

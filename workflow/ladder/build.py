@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -12,7 +13,8 @@ from typing import Any, Mapping
 
 from ladder.errors import LadderError
 from ladder.io import atomic_write_json, read_json
-from ladder.recipes import GGML_CPU_FLAGS_CMAKE
+from ladder.host import host_brief
+from ladder.recipes import GGML_CPU_FLAGS_CMAKE, compiler_identity, host_arch, native_target
 
 FORMAT = "ladder-build/1"
 
@@ -81,12 +83,29 @@ ARCH_LINES = re.compile(
 )
 
 
+def check_build_host(material: Mapping[str, Any], build_key: str) -> None:
+    """A build runs where it is keyed: same arch, compiler and -march=native expansion."""
+    here = {"arch": host_arch(), "compiler": compiler_identity()}
+    for what in ("arch", "compiler"):
+        if material.get(what) is not None and material[what] != here[what]:
+            raise LadderError(f"build {build_key} is keyed for {what} {material[what]} but runs "
+                              f"on {socket.gethostname()} with {here[what]}: the job reached "
+                              "another kind of node (check the host's partition/constraint)")
+    want = material.get("native_target")
+    if want and want.get("fingerprint") != native_target()["fingerprint"]:
+        raise LadderError(f"build {build_key} is a native build keyed for -march/-mcpu=native = "
+                          f"{want.get('resolved')} but {socket.gethostname()} expands it to "
+                          f"{native_target()['resolved']}: its jobs reached another CPU model "
+                          "(pin the host to one instance type)")
+
+
 def build(
     *, recipe: Mapping[str, Any], material: Mapping[str, Any], build_key: str, source_json: str,
     provenance: str, log: str, jobs: int, generator: str = "Ninja", ccache_dir: str | None = None,
     ccache_basedir: str | None = None,
 ) -> dict[str, Any]:
     """Build ``recipe``; always writes ``provenance`` with status 'ok' or 'failed' and a reason."""
+    check_build_host(material, build_key)
     src = read_json(source_json)
     out_dir = Path(provenance).parent
     build_dir = out_dir / "build"
@@ -108,7 +127,7 @@ def build(
         "format": FORMAT, "build_key": build_key, "material": dict(material),
         "source": {k: src.get(k) for k in ("source_id", "upstream_commit", "root")},
         "configure_argv": configure, "build_argv": compile_, "jobs": jobs,
-        "log": str(log), "status": "failed", "reason": None,
+        "log": str(log), "status": "failed", "reason": None, "ran_on": host_brief(),
     }
     before = _ccache_stats(env)
     Path(log).parent.mkdir(parents=True, exist_ok=True)

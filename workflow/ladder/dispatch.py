@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ladder.host import host_brief
 from ladder.errors import LadderError
 from ladder.io import atomic_write_json, atomic_write_text, read_json
 from ladder.kernels import Family, FamilySet, Probe, SymbolsError, load_families, plan_probes
@@ -160,7 +161,7 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
                           f"{arch} in {fset.source} (has {sorted(fset.families)})")
     expected = fset.families.get(family_name) if family_name else None
     build = read_json(provenance)
-    doc: dict[str, Any] = {"format": FORMAT, "rung": rung["name"], "family": family_name,
+    doc: dict[str, Any] = {"format": FORMAT, "ran_on": host_brief(), "rung": rung["name"], "family": family_name,
                            "build_key": rung["build_key"], "arch": arch, "families_file": fset.source,
                            "method": None, "method_note": None, "session": {}, "resolution": {},
                            "probes": [], "cells": []}

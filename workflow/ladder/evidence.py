@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ladder import parse
+from ladder.host import host_brief
 from ladder.io import atomic_write_json, atomic_write_text, read_json
 from ladder.recipes import Marker, host_cpu_flags
 from ladder.run import diagnose_crash, run
@@ -92,7 +93,7 @@ def collect(*, rung: Mapping[str, Any], markers: Sequence[Marker], provenance: s
     prov = read_json(provenance)
     model = read_json(model_meta)
     record: dict[str, Any] = {
-        "format": FORMAT, "rung": rung["name"], "quant": model["quant"].lower(),
+        "format": FORMAT, "ran_on": host_brief(), "rung": rung["name"], "quant": model["quant"].lower(),
         "build_key": prov.get("build_key"), "model_sha256": model["sha256"],
         "requantized": model.get("requantized", False), "runtime": dict(rung["runtime"]),
         "status": None, "reason": None,

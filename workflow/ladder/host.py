@@ -7,10 +7,12 @@ import platform
 import shutil
 import socket
 import subprocess
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ladder.recipes import compiler_identity, host_arch, host_cpu_flags
+from ladder.hosts import cpu_identity
+from ladder.recipes import compiler_identity, host_arch, host_cpu_flags, native_target
 
 
 def _read(path: str) -> str | None:
@@ -31,6 +33,7 @@ def thp_mode() -> str | None:
     return text
 
 
+@lru_cache(maxsize=None)
 def lscpu() -> dict[str, str]:
     if shutil.which("lscpu") is None:
         return {}
@@ -44,6 +47,10 @@ def lscpu() -> dict[str, str]:
     return out
 
 
+def cpu_model() -> str | None:
+    return lscpu().get("Model name") or platform.processor() or None
+
+
 def mem_total_kib() -> int | None:
     for line in (_read("/proc/meminfo") or "").splitlines():
         if line.startswith("MemTotal:"):
@@ -51,12 +58,23 @@ def mem_total_kib() -> int | None:
     return None
 
 
-def host_facts() -> dict[str, Any]:
+def scheduler_job() -> dict[str, str] | None:
+    """The SLURM job this process runs in (None outside SLURM): proof of where a job ran."""
+    if "SLURM_JOB_ID" not in os.environ:
+        return None
+    keys = ("SLURM_JOB_ID", "SLURM_JOB_PARTITION", "SLURM_JOB_NODELIST", "SLURM_CPUS_PER_TASK",
+            "SLURM_JOB_NAME")
+    return {k.removeprefix("SLURM_").lower(): os.environ[k] for k in keys if k in os.environ}
+
+
+def host_facts(host_name: str | None = None) -> dict[str, Any]:
+    """Everything known about the node this runs on (run it there: a host_facts job)."""
     cpu = lscpu()
-    return {
+    facts = {
+        "host": host_name,
         "hostname": socket.gethostname(),
         "arch": host_arch(),
-        "cpu_model": cpu.get("Model name") or platform.processor() or None,
+        "cpu_model": cpu_model(),
         "cores": os.cpu_count(),
         "lscpu": cpu,
         "cpu_flags": sorted(host_cpu_flags()),
@@ -66,11 +84,20 @@ def host_facts() -> dict[str, Any]:
         or None,
         "thp": thp_mode(),
         "compiler": compiler_identity(),
+        "native_target": native_target(),
         "python": platform.python_version(),
+        "scheduler_job": scheduler_job(),
     }
+    facts["identity"] = cpu_identity(facts)
+    return facts
 
 
 def host_brief() -> dict[str, Any]:
-    """The per-sample subset: what must agree before samples are combined."""
+    """The per-sample subset: what must agree before samples are combined, and where it ran."""
+    job = scheduler_job() or {}
     return {"hostname": socket.gethostname(), "arch": host_arch(), "thp": thp_mode(),
-            "cpu_model": lscpu().get("Model name")}
+            "cpu_model": cpu_model(),
+            "identity": cpu_identity({"arch": host_arch(), "cpu_model": cpu_model(),
+                                      "cpu_flags": sorted(host_cpu_flags()),
+                                      "native_target": native_target()}),
+            "slurm_job_id": job.get("job_id"), "slurm_partition": job.get("job_partition")}

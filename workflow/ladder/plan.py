@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from ladder.build import missing_tools
 from ladder.errors import LadderError
+from ladder.hosts import Host
 from ladder.io import canonical_hash
 from ladder.kernels import load_families
 from ladder.quality import check_settings
@@ -37,10 +38,11 @@ def code_hash(*modules: str) -> str:
     return digest.hexdigest()[:12]
 
 
-def resolve_threads(values: list[Any]) -> list[int]:
+def resolve_threads(values: list[Any], cores: int | None = None) -> list[int]:
+    """Thread counts; 'all' is the host's CPU count (its facts; else this machine's)."""
     out: list[int] = []
     for v in values:
-        n = (os.cpu_count() or 1) if v == "all" else int(v)
+        n = (cores or os.cpu_count() or 1) if v == "all" else int(v)
         if n not in out:
             out.append(n)
     return out
@@ -60,9 +62,45 @@ def check_dispatch(settings: Mapping[str, Any], rungs: list[Rung], arch: str) ->
                               f"(known: {', '.join(fset.families)})")
 
 
+def check_config(config: Mapping[str, Any], hosts: list[Host]) -> None:
+    """Start-up checks that need no host facts: every host's ladder, quants, quality, prices."""
+    for arch in sorted({h.arch for h in hosts}):
+        name = select_ladder_name(config, arch)
+        rungs = rungs_from_config(config, name)
+        quantizer_recipe(config, name)
+        dispatch = config.get("dispatch") or {}
+        if dispatch.get("enabled"):
+            check_dispatch(dispatch, rungs, name)
+    build_cfg = config["build"]
+    missing = missing_tools(build_cfg.get("generator", "Ninja"), build_cfg.get("ccache", True))
+    if missing:
+        raise LadderError(
+            f"missing tools: {', '.join(missing)} not on PATH "
+            "(as root: apt-get install -y cmake ninja-build g++ ccache)"
+        )
+    quants = config["measure"].get("quants")
+    if quants:
+        known = {q.upper() for m in config["models"].values()
+                 for q in [m["quant"], *m.get("derive", [])]}
+        unknown = [q for q in quants if q.upper() not in known]
+        if unknown:
+            raise LadderError(f"measure.quants: {unknown} not produced by any model "
+                              f"(known: {sorted(known)})")
+    quality = config.get("quality") or {}
+    if quality.get("enabled"):
+        check_settings(quality)
+    # an unknown instance fails now, not after the measurements
+    for h in hosts:
+        host_price(config.get("cost"), h.instance)
+
+
 @dataclass
 class Plan:
+    """One host's plan, made from the facts its host_facts job read on the node."""
+
     config: Mapping[str, Any]
+    host: Host
+    facts: Mapping[str, Any]
     ladder_name: str
     rungs: list[Rung]
     source_id: str
@@ -73,48 +111,35 @@ class Plan:
     resources_dir: str
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> "Plan":
-        name = select_ladder_name(config)
+    def from_config(cls, config: Mapping[str, Any], host: Host,
+                    facts: Mapping[str, Any]) -> "Plan":
+        name = select_ladder_name(config, facts["arch"])
         rungs = rungs_from_config(config, name)
         sid = source_id(config["source"])
-        build_cfg = config["build"]
-        missing = missing_tools(build_cfg.get("generator", "Ninja"), build_cfg.get("ccache", True))
-        if missing:
-            raise LadderError(
-                f"missing tools: {', '.join(missing)} not on PATH "
-                "(as root: apt-get install -y cmake ninja-build g++ ccache)"
-            )
         keys: dict[str, str] = {}
         recipes: dict[str, Recipe] = {}
         for r in rungs:
-            keys[r.name] = build_key(r.recipe, sid)
+            keys[r.name] = build_key(r.recipe, sid, facts)
             recipes[keys[r.name]] = r.recipe
         qrecipe = quantizer_recipe(config, name)
-        qkey = build_key(qrecipe, sid)
+        qkey = build_key(qrecipe, sid, facts)
         recipes[qkey] = qrecipe
+        flags = frozenset(facts.get("cpu_flags") or [])
         na = {}
         for r in rungs:
-            reason = not_applicable_reason(r)
+            reason = not_applicable_reason(r, arch=facts["arch"], cpu_flags=flags)
             if reason:
                 na[r.name] = reason
-        quants = config["measure"].get("quants")
-        if quants:
-            known = {q.upper() for m in config["models"].values()
-                     for q in [m["quant"], *m.get("derive", [])]}
-            unknown = [q for q in quants if q.upper() not in known]
-            if unknown:
-                raise LadderError(f"measure.quants: {unknown} not produced by any model "
-                                  f"(known: {sorted(known)})")
-        quality = config.get("quality") or {}
-        if quality.get("enabled"):
-            check_settings(quality)
-        # an unknown cost.host_instance fails now, not after the measurements
-        host_price(config.get("cost"))
-        dispatch = config.get("dispatch") or {}
-        if dispatch.get("enabled"):
-            check_dispatch(dispatch, rungs, name)
-        return cls(config, name, rungs, sid, keys, recipes, qkey, na,
+        return cls(config, host, facts, name, rungs, sid, keys, recipes, qkey, na,
                    str(config.get("resources_dir", "resources")))
+
+    @staticmethod
+    def source_id_of(config: Mapping[str, Any]) -> str:
+        return source_id(config["source"])
+
+    @staticmethod
+    def corpus_id_of(config: Mapping[str, Any]) -> str:
+        return canonical_hash(dict(config["quality"]["corpus"]), 16)
 
     # --- rungs -----------------------------------------------------------------------------
     @property
@@ -140,7 +165,7 @@ class Plan:
         return self.recipes_by_key[key].as_dict()
 
     def material(self, key: str) -> dict[str, Any]:
-        return build_key_material(self.recipes_by_key[key], self.source_id)
+        return build_key_material(self.recipes_by_key[key], self.source_id, self.facts)
 
     def rung_summary(self, r: Rung) -> dict[str, Any]:
         return {
@@ -168,7 +193,7 @@ class Plan:
         return out
 
     def threads(self) -> list[int]:
-        return resolve_threads(list(self.config["measure"]["threads"]))
+        return resolve_threads(list(self.config["measure"]["threads"]), self.facts.get("cores"))
 
     def cells(self) -> list[tuple[str, str, str, int]]:
         workloads = [w for w, spec in self.config["measure"]["workloads"].items() if spec]
@@ -204,10 +229,10 @@ class Plan:
         return [r.name for r in self.applicable if not r.twin_of]
 
     def dispatch_threads(self) -> list[int]:
-        return resolve_threads(list(self.config["dispatch"]["threads"]))
+        return resolve_threads(list(self.config["dispatch"]["threads"]), self.facts.get("cores"))
 
     def corpus_id(self) -> str:
-        return canonical_hash(dict(self.config["quality"]["corpus"]), 16)
+        return self.corpus_id_of(self.config)
 
     def report_plan(self) -> dict[str, Any]:
         control = self.control
@@ -221,4 +246,6 @@ class Plan:
             "reference": self.reference_rung if self.quality_enabled else None,
             "quality_tolerance": (self.config.get("quality") or {}).get("tolerance"),
             "source_id": self.source_id,
+            "host": self.host.as_dict(),
+            "cpu_identity": self.facts.get("identity"),
         }

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 from ladder.errors import LadderError
 from ladder.io import canonical_hash
 
-BUILD_KEY_VERSION = 1
+BUILD_KEY_VERSION = 2
 # Applies Recipe.cpu_cflags to the ggml-cpu target only (see the file's own comment).
 GGML_CPU_FLAGS_CMAKE = Path(__file__).resolve().parent.parent / "cmake" / "ggml_cpu_flags.cmake"
 
@@ -297,21 +297,29 @@ def native_target() -> dict[str, str]:
     return {"flag": flag, "resolved": arch, "fingerprint": canonical_hash(sorted(mflags), 16)}
 
 
-def build_key_material(recipe: Recipe, source_id: str) -> dict[str, Any]:
-    """Everything that changes the binary; its hash is the build key."""
+def build_key_material(recipe: Recipe, source_id: str,
+                       facts: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Everything that changes the binary; its hash is the build key.
+
+    ``facts`` are the building host's facts (read on that node by its host_facts job); without
+    them, this machine's. A native recipe is keyed by what -march/-mcpu=native expands to there.
+    """
+    compiler = facts["compiler"] if facts else compiler_identity()
+    native = (facts["native_target"] if facts else native_target()) if recipe.native else None
     return {
         "build_key_version": BUILD_KEY_VERSION,
         "source_id": source_id,
+        "arch": facts["arch"] if facts else host_arch(),
         "recipe": recipe.as_dict(),
-        "compiler": compiler_identity(),
-        "native_target": native_target() if recipe.native else None,
+        "compiler": compiler,
+        "native_target": native,
         "cpu_flags_include": _cpu_flags_include() if recipe.cpu_cflags else None,
     }
 
 
-def build_key(recipe: Recipe, source_id: str) -> str:
+def build_key(recipe: Recipe, source_id: str, facts: Mapping[str, Any] | None = None) -> str:
     """Hash of everything that changes the binary; equal recipes share one build."""
-    return canonical_hash(build_key_material(recipe, source_id), 16)
+    return canonical_hash(build_key_material(recipe, source_id, facts), 16)
 
 
 # --- applicability ---------------------------------------------------------------------------

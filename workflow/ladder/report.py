@@ -137,15 +137,18 @@ def cost_table(cell: Mapping[str, Any], price: Mapping[str, Any] | None) -> dict
     return out
 
 
-def host_price(cost: Mapping[str, Any] | None) -> tuple[dict[str, Any] | None, str | None]:
+def host_price(cost: Mapping[str, Any] | None,
+               instance: str | None = None) -> tuple[dict[str, Any] | None, str | None]:
+    """The price entry of a host: its own ``instance`` (hosts[]), else cost.host_instance."""
     cost = cost or {}
-    want = cost.get("host_instance")
+    want = instance or cost.get("host_instance")
+    key = "hosts[].instance" if instance else "cost.host_instance"
     if not want:
         return None, "cost.host_instance is not set: no price applies to this host"
     for p in cost.get("prices") or []:
         if p.get("instance") == want:
             return dict(p), None
-    raise LadderError(f"cost.host_instance: {want!r} is not in cost.prices "
+    raise LadderError(f"{key}: {want!r} is not in cost.prices "
                       f"({', '.join(p.get('instance', '?') for p in cost.get('prices') or [])})")
 
 
@@ -162,6 +165,7 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
     model_docs = _load_all(models, missing)
     ev_docs = _load_all(evidence, missing)
     bench_docs = _load_all(bench, missing)
+    ran_on = check_ran_on(plan, host_doc, bench_docs)
 
     cells = []
     for doc in bench_docs:
@@ -211,7 +215,7 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
     bw_doc = _load_first(bandwidth, missing)
     bw = (bw_doc or {}).get("bandwidth_gbps")
     peak = (report_cfg or {}).get("peak_gflops")
-    price, price_note = host_price(cost)
+    price, price_note = host_price(cost, (plan.get("host") or {}).get("instance"))
     ledger_doc = _load_first(ledger, missing)
     ledger_cells = ledger_doc["cells"] if ledger_doc else []
     for cell in cells:
@@ -235,6 +239,8 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
             "source": {k: src.get(k) for k in ("identity", "source_id", "upstream_commit",
                                                "upstream_commit_verified")},
             "host": host_doc,
+            "host_config": plan.get("host"),
+            "ran_on": ran_on,
             "quantizer_build_key": plan.get("quantizer_build_key"),
             "models": model_docs,
             "stats": dict(stats_cfg),
@@ -253,6 +259,30 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
                  "prices": list((cost or {}).get("prices") or [])},
         "missing": missing,
     }
+
+
+def check_ran_on(plan: Mapping[str, Any], host_doc: Mapping[str, Any],
+                 bench_docs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Where each measured cell ran (node, SLURM job); all on the CPU the host facts describe.
+
+    A native build is keyed by the CPU its host's facts describe: a cell measured on another
+    CPU (a mixed partition) is not that rung's result, and the report refuses it by name.
+    """
+    name = (plan.get("host") or {}).get("name", "?")
+    out = []
+    for doc in bench_docs:
+        brief = doc.get("host") or {}
+        cell = f"{doc.get('quant')}/{doc.get('workload')}/t{doc.get('threads')}"
+        if host_doc.get("identity") and brief.get("identity") not in (None, host_doc["identity"]):
+            raise LadderError(
+                f"host {name}: bench cell {cell} ran on {brief.get('hostname')} "
+                f"({brief.get('cpu_model')}, CPU identity {brief.get('identity')}), but the "
+                f"host's facts were read on {host_doc.get('hostname')} "
+                f"({host_doc.get('cpu_model')}, {host_doc.get('identity')}): its jobs reach "
+                "more than one kind of CPU; pin the host to one instance type")
+        out.append({"cell": cell, **{k: brief.get(k) for k in
+                                     ("hostname", "identity", "slurm_job_id", "slurm_partition")}})
+    return out
 
 
 def tool_versions() -> dict[str, str | None]:

@@ -70,6 +70,25 @@ def ratio_ci(ratios: Sequence[float], confidence: float = 0.95, resamples: int =
     return RatioEstimate(est, lo, hi, n, [float(r) for r in ratios], confidence)
 
 
+def unpaired_ratio_ci(base: Sequence[float], other: Sequence[float], confidence: float = 0.95,
+                      resamples: int = 10000, seed: int = 0) -> RatioEstimate:
+    """other/base for two independent sets of round means (e.g. two hosts): the ratio of their
+    geometric means, with a two-sample percentile bootstrap (each side resampled on its own).
+    ``n`` is the smaller side; ``per_round`` is empty (nothing pairs the rounds)."""
+    n = min(len(base), len(other))
+    if n == 0 or min(base) <= 0 or min(other) <= 0:
+        return RatioEstimate(None, None, None, n, [], confidence)
+    la, lb = np.log(np.asarray(base, dtype=float)), np.log(np.asarray(other, dtype=float))
+    est = float(np.exp(lb.mean() - la.mean()))
+    if n < 2:
+        return RatioEstimate(est, None, None, n, [], confidence)
+    res = sps.bootstrap((lb, la), lambda b, a, axis=-1: b.mean(axis=axis) - a.mean(axis=axis),
+                        confidence_level=confidence, n_resamples=resamples, method="percentile",
+                        vectorized=True, random_state=np.random.default_rng(seed))
+    return RatioEstimate(est, float(np.exp(res.confidence_interval.low)),
+                         float(np.exp(res.confidence_interval.high)), n, [], confidence)
+
+
 def noise_floor(control_vs_twin: RatioEstimate) -> float | None:
     """How far from 1 the same build measured under two labels can land, at this sample size.
 
@@ -126,8 +145,8 @@ def check_combinable(doc: Mapping[str, Any]) -> None:
     """Refuse to combine samples whose metadata disagree (pyperf's rule)."""
     samples = doc["samples"]
     where = f"bench {doc['quant']}/{doc['workload']}/t{doc['threads']}"
-    for key in ("hostname", "arch", "thp", "n_threads", "n_prompt", "n_gen", "n_depth",
-                "build_commit", "model_size"):
+    for key in ("hostname", "arch", "identity", "thp", "n_threads", "n_prompt", "n_gen",
+                "n_depth", "build_commit", "model_size"):
         values = {s.get(key) for s in samples}
         if len(values) > 1:
             raise LadderError(f"{where}: samples disagree on {key} ({sorted(map(str, values))}); "
@@ -151,7 +170,10 @@ def rung_summary(samples: Sequence[Mapping[str, Any]], rung: str, confidence: fl
                            "max": float(arr.max()), "ci": None,
                            "outliers": [i for i, f in enumerate(outlier_flags(vals)) if f],
                            "peak_rss_kib": max(int(s.get("peak_rss_kib") or 0)
-                                               for s in samples if s["rung"] == rung)}
+                                               for s in samples if s["rung"] == rung),
+                           # per-round means, in round order: what a cross-host comparison uses
+                           "round_means": [m for _, m in sorted(per_round_means(samples,
+                                                                                rung).items())]}
     if len(vals) >= 2 and np.ptp(arr) > 0:
         res = sps.bootstrap((arr,), np.median, confidence_level=confidence,
                             n_resamples=resamples, method="percentile",

@@ -2,19 +2,23 @@ rule bench:
     input:
         unpack(bench_inputs),
     output:
-        samples="results/bench/{model}/{quant}/{workload}/t{threads}.json",
-        raw=directory("results/bench/{model}/{quant}/{workload}/t{threads}.raw"),
+        samples=f"{H}/bench/{{model}}/{{quant}}/{{workload}}/t{{threads}}.json",
+        raw=directory(f"{H}/bench/{{model}}/{{quant}}/{{workload}}/t{{threads}}.raw"),
     log:
-        "logs/bench/{model}/{quant}/{workload}/t{threads}.log",
+        "logs/{host}/bench/{model}/{quant}/{workload}/t{threads}.log",
     conda:
         "../../envs/ladder.yaml"
-    threads: workflow.cores
+    threads: host_threads
     resources:
+        slurm_partition=host_partition,
+        constraint=host_constraint,
+        slurm_extra=host_extra,
+        mem_mb=host_mem(4000),
         runtime=120,
     params:
         rungs=rung_params,
         workload=lambda wc: config["measure"]["workloads"][wc.workload],
         measure=config["measure"],
-        code=code_hash("bench", "run", "parse"),
+        code=code_hash("bench", "run", "parse", "host"),
     script:
         "../../scripts/bench.py"

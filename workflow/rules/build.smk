@@ -1,6 +1,9 @@
+# A build runs on the first host whose plan has its key: a native build on the CPU it targets
+# (its key holds that CPU's -march=native expansion), a generic one once per arch and compiler.
 rule build:
     input:
         source=source_json,
+        builder=builder_known,
     output:
         provenance="results/builds/{build_key}/provenance.json",
     log:
@@ -9,16 +12,27 @@ rule build:
         "benchmarks/build/{build_key}.tsv"
     conda:
         "../../envs/ladder.yaml"
-    threads: workflow.cores
+    threads: host_threads
     resources:
-        mem_mb=6000,
+        slurm_partition=host_partition,
+        constraint=host_constraint,
+        slurm_extra=host_extra,
+        mem_mb=host_mem(6000),
         runtime=90,
     params:
-        recipe=lambda wc: PLAN.recipe_params(wc.build_key),
-        material=lambda wc: PLAN.material(wc.build_key),
+        host=lambda wc: build_host(wc.build_key),
+        recipe=lambda wc: host_plan(build_host(wc.build_key)).recipe_params(
+            wc.build_key
+        ),
+        material=lambda wc: host_plan(build_host(wc.build_key)).material(wc.build_key),
         generator=config["build"]["generator"],
         jobs=config["build"]["jobs"],
-        ccache_dir=f"{R}/ccache" if config["build"]["ccache"] else None,
+        # one compiler cache per CPU identity: -march=native objects never cross CPUs
+        ccache_dir=lambda wc: (
+            f"{R}/ccache/{host_plan(build_host(wc.build_key)).facts['identity']}"
+            if config["build"]["ccache"]
+            else None
+        ),
     script:
         "../../scripts/build.py"
 
@@ -27,12 +41,12 @@ rule rung:
     input:
         rung_target_inputs,
     output:
-        json="results/rungs/{rung}.json",
+        json=f"{H}/rungs/{{rung}}.json",
     log:
-        "logs/rung/{rung}.log",
+        "logs/{host}/rung/{rung}.log",
     conda:
         "../../envs/ladder.yaml"
     params:
-        rung=lambda wc: PLAN.rung_summary(PLAN.rung(wc.rung)),
+        rung=rung_summary,
     script:
         "../../scripts/rung_card.py"

@@ -1,10 +1,20 @@
-# Input functions and the plan of the run, computed once from the validated config.
+# Input functions and the plan of the run. Hosts come from the validated config; each host's
+# plan (ladder, build keys, thread counts) is made from the facts its host_facts checkpoint read
+# on the node, so a native build is keyed by the CPU it was built for.
 import os
 
-from ladder.plan import Plan, code_hash
+from ladder.errors import LadderError
+from ladder.hosts import check_facts, hosts_from_config
+from ladder.io import read_json
+from ladder.plan import Plan, check_config, code_hash
+from ladder.recipes import host_arch
 
-PLAN = Plan.from_config(config)
-R = PLAN.resources_dir
+HOSTS = {h.name: h for h in hosts_from_config(config, host_arch())}
+check_config(config, list(HOSTS.values()))
+R = str(config.get("resources_dir", "resources"))
+# models are arch-independent files: quantized once, by the first host's quantizer build
+QUANTIZE_HOST = next(iter(HOSTS))
+H = "results/hosts/{host}"
 
 
 wildcard_constraints:
@@ -12,10 +22,87 @@ wildcard_constraints:
     source_id="[0-9a-f]{16}",
     rung="[a-z][a-z0-9_]*",
     threads="[0-9]+",
+    host="[a-z][a-z0-9_]*",
 
 
+_PLANS = {}
+
+
+def host(name):
+    if name not in HOSTS:
+        raise LadderError(f"unknown host {name!r} (hosts: {', '.join(HOSTS)})")
+    return HOSTS[name]
+
+
+def host_plan(name):
+    """The host's plan, from its facts (raises until its host_facts checkpoint has run).
+
+    A job running remotely (a SLURM job step) has only its own job in its DAG: the checkpoint
+    ran before it was submitted, so it reads the facts file directly."""
+    h = host(name)
+    if workflow.remote_exec:
+        path = f"results/hosts/{name}/host.json"
+    else:
+        path = checkpoints.host_facts.get(host=name).output.json
+    stamp = (path, os.stat(path).st_mtime_ns)
+    if _PLANS.get(name, (None,))[0] != stamp:
+        facts = read_json(path)
+        check_facts(h, facts, path)
+        _PLANS[name] = (stamp, Plan.from_config(config, h, facts))
+    return _PLANS[name][1]
+
+
+def build_host(key):
+    """The first host (in config order) whose plan has this build key builds it."""
+    for name in HOSTS:
+        if key in host_plan(name).recipes_by_key:
+            return name
+    raise LadderError(f"build key {key} belongs to no host's plan (stale target?)")
+
+
+def builder_known(wildcards):
+    """No files: resolving the builder waits (checkpoint) for the facts of the hosts before it
+    in config order, and only those: adding a host later rebuilds nothing."""
+    build_host(wildcards.build_key)
+    return []
+
+
+# --- where jobs go: SLURM resources from the host (ignored by the local executor) -----------
+def _host_of(wc):
+    return wc.host if hasattr(wc, "host") else build_host(wc.build_key)
+
+
+def host_partition(wc):
+    return host(_host_of(wc)).partition or ""
+
+
+def host_constraint(wc):
+    # the plugin adds -C only for a non-None value; "" would ask for no feature
+    return host(_host_of(wc)).constraint
+
+
+def threads_of(name):
+    """Threads a host's build and measurement jobs take: all of them (the node to itself)."""
+    h = host(name)
+    return h.cpus if h.remote else workflow.cores
+
+
+def host_threads(wc):
+    return threads_of(_host_of(wc))
+
+
+def host_extra(wc):
+    h = host(_host_of(wc))
+    return h.slurm_extra if h.remote else ""
+
+
+def host_mem(default):
+    return lambda wc: host(_host_of(wc)).mem_mb or default
+
+
+# --- paths -----------------------------------------------------------------------------------
 def source_json(wildcards=None):
-    return f"{R}/sources/{PLAN.source_id}/source.json"
+    return f"{R}/sources/{Plan.source_id_of(config)}/source.json"
 
 
 def provenance(build_key):
@@ -23,13 +110,17 @@ def provenance(build_key):
 
 
 def rung_provenance(wildcards):
-    return provenance(PLAN.build_keys[wildcards.rung])
+    return provenance(host_plan(wildcards.host).build_keys[wildcards.rung])
 
 
 def model_meta(model, quant):
-    if PLAN.is_base_quant(model, quant):
+    if config["models"][model]["quant"].lower() == quant.lower():
         return f"{R}/models/{model}/{model}.json"
     return f"results/models/{model}/{quant}.json"
+
+
+def quantizer_provenance(wildcards):
+    return provenance(host_plan(QUANTIZE_HOST).quantizer_key)
 
 
 def evidence_model(wildcards):
@@ -37,85 +128,105 @@ def evidence_model(wildcards):
 
 
 def bench_inputs(wildcards):
+    plan = host_plan(wildcards.host)
     return {
         "model": model_meta(wildcards.model, wildcards.quant),
-        "builds": [provenance(PLAN.build_keys[r.name]) for r in PLAN.applicable],
+        "builds": [provenance(plan.build_keys[r.name]) for r in plan.applicable],
     }
 
 
 def rung_params(wildcards):
+    plan = host_plan(wildcards.host)
     return [
-        {**PLAN.rung_summary(r), "provenance": provenance(PLAN.build_keys[r.name])}
-        for r in PLAN.applicable
+        {**plan.rung_summary(r), "provenance": provenance(plan.build_keys[r.name])}
+        for r in plan.applicable
     ]
 
 
+def rung_summary(wildcards):
+    plan = host_plan(wildcards.host)
+    return plan.rung_summary(plan.rung(wildcards.rung))
+
+
+def measure_threads(wildcards):
+    return max(host_plan(wildcards.host).threads())
+
+
 def report_inputs(wildcards):
+    plan = host_plan(wildcards.host)
+    h = f"results/hosts/{wildcards.host}"
     return {
         "source": source_json(),
-        "host": "results/host.json",
+        "host": f"{h}/host.json",
         "builds": sorted(
-            {provenance(PLAN.build_keys[r.name]) for r in PLAN.applicable}
+            {provenance(plan.build_keys[r.name]) for r in plan.applicable}
         ),
-        "models": [model_meta(m, q) for m, q in PLAN.model_quants()],
+        "models": [model_meta(m, q) for m, q in plan.model_quants()],
         "evidence": [
-            f"results/evidence/{m}/{q}/{r.name}.json"
-            for m, q in PLAN.model_quants()
-            for r in PLAN.applicable
+            f"{h}/evidence/{m}/{q}/{r.name}.json"
+            for m, q in plan.model_quants()
+            for r in plan.applicable
         ],
-        "bench": [
-            f"results/bench/{m}/{q}/{w}/t{t}.json" for m, q, w, t in PLAN.cells()
-        ],
+        "bench": [f"{h}/bench/{m}/{q}/{w}/t{t}.json" for m, q, w, t in plan.cells()],
         "quality": [
-            f"results/quality/{m}/{q}/{r}.json"
-            for m, q in PLAN.model_quants()
-            for r in PLAN.quality_rungs()
+            f"{h}/quality/{m}/{q}/{r}.json"
+            for m, q in plan.model_quants()
+            for r in plan.quality_rungs()
         ],
         "bandwidth": (
-            ["results/host/bandwidth.json"]
+            [f"{h}/bandwidth.json"]
             if config["report"]["bandwidth_probe"]["enabled"]
             else []
         ),
-        "ledger": ["results/dispatch/ledger.json"] if PLAN.dispatch_enabled else [],
+        "ledger": [f"{h}/dispatch/ledger.json"] if plan.dispatch_enabled else [],
         "gate": (
-            ["results/dispatch/gate.ok"]
-            if PLAN.dispatch_enabled and config["dispatch"]["must_dispatch"]
+            [f"{h}/dispatch/gate.ok"]
+            if plan.dispatch_enabled and config["dispatch"]["must_dispatch"]
             else []
         ),
     }
 
 
 def rung_target_inputs(wildcards):
-    if wildcards.rung not in PLAN.build_keys:
-        raise ValueError(
-            f"rung {wildcards.rung!r} is not in ladder {PLAN.ladder_name} "
-            f"({', '.join(PLAN.build_keys)})"
+    plan = host_plan(wildcards.host)
+    if wildcards.rung not in plan.build_keys:
+        raise LadderError(
+            f"host {wildcards.host}: rung {wildcards.rung!r} is not in ladder "
+            f"{plan.ladder_name} ({', '.join(plan.build_keys)})"
         )
+    if wildcards.rung in plan.not_applicable:
+        return []
     return [rung_provenance(wildcards)] + [
-        f"results/evidence/{m}/{q}/{wildcards.rung}.json"
-        for m, q in PLAN.model_quants()
+        f"results/hosts/{wildcards.host}/evidence/{m}/{q}/{wildcards.rung}.json"
+        for m, q in plan.model_quants()
     ]
 
 
 def corpus_files(wildcards=None):
-    cid = PLAN.corpus_id()
+    cid = Plan.corpus_id_of(config)
     return {"txt": f"{R}/corpus/{cid}.txt", "meta": f"{R}/corpus/{cid}.json"}
 
 
 def quality_inputs(wildcards):
-    ref = PLAN.reference_rung
+    plan = host_plan(wildcards.host)
+    ref = plan.reference_rung
     inputs = {
-        "build": provenance(PLAN.build_keys[wildcards.rung]),
-        "floor_build": provenance(PLAN.build_keys[ref]),
+        "build": provenance(plan.build_keys[wildcards.rung]),
+        "floor_build": provenance(plan.build_keys[ref]),
         "model": model_meta(wildcards.model, wildcards.quant),
         **corpus_files(),
     }
     if wildcards.rung != ref:
         # the floor's small result JSON, not its logits file: see ladder/quality.py
         inputs["floor_result"] = (
-            f"results/quality/{wildcards.model}/{wildcards.quant}/{ref}.json"
+            f"results/hosts/{wildcards.host}/quality/{wildcards.model}/"
+            f"{wildcards.quant}/{ref}.json"
         )
     return inputs
+
+
+def is_reference(wildcards):
+    return wildcards.rung == host_plan(wildcards.host).reference_rung
 
 
 def families_file():
@@ -125,31 +236,56 @@ def families_file():
 
 
 def dispatch_quants(wildcards):
-    return [q for m, q in PLAN.model_quants() if m == wildcards.model]
+    return [
+        q for m, q in host_plan(wildcards.host).model_quants() if m == wildcards.model
+    ]
 
 
 def dispatch_inputs(wildcards):
+    plan = host_plan(wildcards.host)
+    h = f"results/hosts/{wildcards.host}"
     inputs = {
-        "build": provenance(PLAN.build_keys[wildcards.rung]),
+        "build": provenance(plan.build_keys[wildcards.rung]),
         "families": families_file(),
     }
     for q in dispatch_quants(wildcards):
         inputs[f"model_{q}"] = model_meta(wildcards.model, q)
         inputs[f"evidence_{q}"] = (
-            f"results/evidence/{wildcards.model}/{q}/{wildcards.rung}.json"
+            f"{h}/evidence/{wildcards.model}/{q}/{wildcards.rung}.json"
         )
     return inputs
 
 
+def dispatch_rung(wildcards):
+    plan = host_plan(wildcards.host)
+    r = plan.rung(wildcards.rung)
+    return {**plan.rung_summary(r), "family": r.family}
+
+
+def dispatch_threads(wildcards):
+    return host_plan(wildcards.host).dispatch_threads()
+
+
 def ledger_inputs(wildcards):
-    models = sorted({m for m, _ in PLAN.model_quants()})
+    plan = host_plan(wildcards.host)
+    models = sorted({m for m, _ in plan.model_quants()})
     return [
-        f"results/dispatch/{m}/{r}.json" for m in models for r in PLAN.dispatch_rungs()
+        f"results/hosts/{wildcards.host}/dispatch/{m}/{r}.json"
+        for m in models
+        for r in plan.dispatch_rungs()
     ]
 
 
-def render_templates():
+def report_plan(wildcards):
+    return host_plan(wildcards.host).report_plan()
+
+
+def render_templates(kind="ladder"):
     return [
-        os.path.join(workflow.basedir, "workflow/templates", t)
-        for t in ("ladder.md.j2", "ladder.html.j2")
+        os.path.join(workflow.basedir, "workflow/templates", f"{kind}.{ext}.j2")
+        for ext in ("md", "html")
     ]
+
+
+def host_reports(wildcards=None):
+    return [f"results/hosts/{h}/report/ladder.json" for h in HOSTS]

@@ -2,24 +2,25 @@ rule dispatch:
     input:
         unpack(dispatch_inputs),
     output:
-        json="results/dispatch/{model}/{rung}.json",
-        raw=directory("results/dispatch/{model}/{rung}.raw"),
+        json=f"{H}/dispatch/{{model}}/{{rung}}.json",
+        raw=directory(f"{H}/dispatch/{{model}}/{{rung}}.raw"),
     log:
-        "logs/dispatch/{model}/{rung}.log",
+        "logs/{host}/dispatch/{model}/{rung}.log",
     conda:
         "../../envs/ladder.yaml"
-    threads: workflow.cores
+    threads: host_threads
     resources:
+        slurm_partition=host_partition,
+        constraint=host_constraint,
+        slurm_extra=host_extra,
+        mem_mb=host_mem(4000),
         runtime=60,
     params:
-        rung=lambda wc: {
-            **PLAN.rung_summary(PLAN.rung(wc.rung)),
-            "family": PLAN.rung(wc.rung).family,
-        },
+        rung=dispatch_rung,
         quants=dispatch_quants,
         # the gate (must_dispatch) is the ledger's business: editing it reruns no sweep
         settings={k: v for k, v in config["dispatch"].items() if k != "must_dispatch"},
-        threads=lambda wc: PLAN.dispatch_threads(),
+        threads=dispatch_threads,
         code=code_hash(
             "dispatch", "kernels", "uprobes", "debugger", "lldb_driver", "run"
         ),
@@ -30,11 +31,11 @@ rule dispatch:
 rule ledger:
     input:
         rungs=ledger_inputs,
-        host="results/host.json",
+        host=f"{H}/host.json",
     output:
-        "results/dispatch/ledger.json",
+        f"{H}/dispatch/ledger.json",
     log:
-        "logs/dispatch/ledger.log",
+        "logs/{host}/dispatch/ledger.log",
     conda:
         "../../envs/ladder.yaml"
     params:
@@ -46,11 +47,11 @@ rule ledger:
 
 rule dispatch_gate:
     input:
-        "results/dispatch/ledger.json",
+        f"{H}/dispatch/ledger.json",
     output:
-        "results/dispatch/gate.ok",
+        f"{H}/dispatch/gate.ok",
     log:
-        "logs/dispatch/gate.log",
+        "logs/{host}/dispatch/gate.log",
     conda:
         "../../envs/ladder.yaml"
     script:

@@ -3,19 +3,23 @@ rule evidence:
         build=rung_provenance,
         model=evidence_model,
     output:
-        json="results/evidence/{model}/{quant}/{rung}.json",
-        raw="results/evidence/{model}/{quant}/{rung}.log",
+        json=f"{H}/evidence/{{model}}/{{quant}}/{{rung}}.json",
+        raw=f"{H}/evidence/{{model}}/{{quant}}/{{rung}}.log",
     log:
-        "logs/evidence/{model}/{quant}/{rung}.log",
+        "logs/{host}/evidence/{model}/{quant}/{rung}.log",
     conda:
         "../../envs/ladder.yaml"
-    threads: workflow.cores
+    threads: host_threads
     resources:
+        slurm_partition=host_partition,
+        constraint=host_constraint,
+        slurm_extra=host_extra,
+        mem_mb=host_mem(4000),
         runtime=20,
     params:
-        rung=lambda wc: PLAN.rung_summary(PLAN.rung(wc.rung)),
+        rung=rung_summary,
         settings=config["evidence"],
-        threads=max(PLAN.threads()),
+        threads=measure_threads,
         code=code_hash("evidence", "parse", "run"),
     script:
         "../../scripts/evidence.py"

@@ -18,7 +18,7 @@ rule fetch_model:
 rule quantize:
     input:
         base=lambda wc: f"{R}/models/{wc.model}/{wc.model}.json",
-        quantizer=provenance(PLAN.quantizer_key),
+        quantizer=quantizer_provenance,
     output:
         gguf="results/models/{model}/{quant}.gguf",
         meta="results/models/{model}/{quant}.json",
@@ -28,8 +28,10 @@ rule quantize:
         "benchmarks/quantize/{model}-{quant}.tsv"
     conda:
         "../../envs/ladder.yaml"
-    threads: workflow.cores
+    threads: lambda wc: threads_of(QUANTIZE_HOST)
     resources:
+        slurm_partition=lambda wc: HOSTS[QUANTIZE_HOST].partition or "",
+        constraint=lambda wc: HOSTS[QUANTIZE_HOST].constraint,
         runtime=20,
     script:
         "../../scripts/quantize.py"

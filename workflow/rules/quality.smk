@@ -16,21 +16,25 @@ rule quality:
     input:
         unpack(quality_inputs),
     output:
-        json="results/quality/{model}/{quant}/{rung}.json",
-        raw="results/quality/{model}/{quant}/{rung}.log",
+        json=f"{H}/quality/{{model}}/{{quant}}/{{rung}}.json",
+        raw=f"{H}/quality/{{model}}/{{quant}}/{{rung}}.log",
     log:
-        "logs/quality/{model}/{quant}/{rung}.log",
+        "logs/{host}/quality/{model}/{quant}/{rung}.log",
     conda:
         "../../envs/ladder.yaml"
-    threads: workflow.cores
+    threads: host_threads
     resources:
+        slurm_partition=host_partition,
+        constraint=host_constraint,
+        slurm_extra=host_extra,
+        mem_mb=host_mem(4000),
         runtime=30,
     params:
-        rung=lambda wc: PLAN.rung_summary(PLAN.rung(wc.rung)),
-        reference=lambda wc: wc.rung == PLAN.reference_rung,
+        rung=rung_summary,
+        reference=is_reference,
         settings=config["quality"],
-        threads=max(PLAN.threads()),
-        logits_dir="results/quality/logits",
+        threads=measure_threads,
+        logits_dir=f"{H}/quality/logits",
         code=code_hash("quality", "parse", "run"),
     script:
         "../../scripts/quality.py"

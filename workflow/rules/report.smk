@@ -2,13 +2,13 @@ rule report:
     input:
         unpack(report_inputs),
     output:
-        json="results/report/ladder.json",
+        json=f"{H}/report/ladder.json",
     log:
-        "logs/report.log",
+        "logs/{host}/report.log",
     conda:
         "../../envs/ladder.yaml"
     params:
-        plan=lambda wc: PLAN.report_plan(),
+        plan=report_plan,
         stats=config["stats"],
         report=config["report"],
         cost=config["cost"],
@@ -19,32 +19,66 @@ rule report:
 
 rule render:
     input:
-        json="results/report/ladder.json",
+        json=f"{H}/report/ladder.json",
         templates=render_templates(),
     output:
         md=report(
-            "results/report/ladder.md",
+            f"{H}/report/ladder.md",
             caption="../report/ladder.rst",
             category="Report",
-            labels={"file": "Markdown"},
+            subcategory="{host}",
+            labels={"host": "{host}", "file": "Markdown"},
         ),
         html=report(
-            "results/report/ladder.html",
+            f"{H}/report/ladder.html",
             caption="../report/ladder.rst",
             category="Report",
-            labels={"file": "standalone HTML"},
+            subcategory="{host}",
+            labels={"host": "{host}", "file": "standalone HTML"},
         ),
         figures=report(
-            directory("results/report/figures"),
+            directory(f"{H}/report/figures"),
             patterns=["{name}.png"],
             caption="../report/figures.rst",
             category="Figures",
+            subcategory="{host}",
         ),
     log:
-        "logs/render.log",
+        "logs/{host}/render.log",
     conda:
         "../../envs/ladder.yaml"
     params:
         code=code_hash("render", "figures"),
     script:
         "../../scripts/render.py"
+
+
+# The fleet: the same rung x quant x workload across hosts, each judged against its own floor.
+rule fleet:
+    input:
+        reports=host_reports,
+        templates=render_templates("fleet"),
+    output:
+        json="results/report/fleet.json",
+        md=report(
+            "results/report/fleet.md",
+            caption="../report/fleet.rst",
+            category="Fleet",
+            labels={"file": "Markdown"},
+        ),
+        html=report(
+            "results/report/fleet.html",
+            caption="../report/fleet.rst",
+            category="Fleet",
+            labels={"file": "standalone HTML"},
+        ),
+    log:
+        "logs/fleet.log",
+    conda:
+        "../../envs/ladder.yaml"
+    params:
+        hosts=[h.as_dict() for h in HOSTS.values()],
+        stats=config["stats"],
+        code=code_hash("fleet", "stats"),
+    script:
+        "../../scripts/fleet.py"

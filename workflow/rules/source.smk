@@ -14,27 +14,37 @@ rule fetch_source:
         "../../scripts/fetch_source.py"
 
 
-rule host_facts:
+# Read on the node itself: every later job of the host is planned from these facts.
+checkpoint host_facts:
     output:
-        json="results/host.json",
+        json=f"{H}/host.json",
     log:
-        "logs/host.log",
+        "logs/{host}/host.log",
     conda:
         "../../envs/ladder.yaml"
+    resources:
+        slurm_partition=host_partition,
+        constraint=host_constraint,
+        runtime=10,
     params:
-        code=code_hash("host"),
+        code=code_hash("host", "hosts"),
     script:
         "../../scripts/host_facts.py"
 
 
 rule bandwidth:
     output:
-        json="results/host/bandwidth.json",
+        json=f"{H}/bandwidth.json",
     log:
-        "logs/host/bandwidth.log",
+        "logs/{host}/bandwidth.log",
     conda:
         "../../envs/ladder.yaml"
-    threads: workflow.cores
+    threads: host_threads
+    resources:
+        slurm_partition=host_partition,
+        constraint=host_constraint,
+        slurm_extra=host_extra,
+        runtime=20,
     params:
         probe=config["report"]["bandwidth_probe"],
         code=code_hash("bandwidth"),
