@@ -111,7 +111,7 @@ def test_builds_shared_by_cpu_identity(fleet_dir):
     for b in fleet["builds"]:
         assert b["hosts"] == HOSTS, b
     provs = list((fleet_dir / "results" / "builds").glob("*/provenance.json"))
-    assert len(provs) == 3  # floor, native_repack (the control's too), the quantizer
+    assert len(provs) == 2  # floor (= the quantizer's recipe), native_repack (= the control's)
     for p in provs:
         doc = json.loads(p.read_text())
         assert doc["ran_on"]["slurm_job_id"], p  # built inside a SLURM job
