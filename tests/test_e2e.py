@@ -39,8 +39,10 @@ def snakemake(workdir: Path, *args: str, config: Path = E2E_CONFIG,
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    work = tmp_path_factory.mktemp("e2e")
-    (work / "config").mkdir()
+    # LADDER_E2E_WORKDIR reuses an earlier e2e work dir (development: only what changed reruns)
+    reuse = os.environ.get("LADDER_E2E_WORKDIR")
+    work = Path(reuse) if reuse else tmp_path_factory.mktemp("e2e")
+    (work / "config").mkdir(exist_ok=True)
     shutil.copy(ROOT / "config" / "config.yaml", work / "config" / "config.yaml")
     res = snakemake(work)
     if res.returncode != 0:
@@ -401,3 +403,103 @@ def test_must_dispatch_gate_fails_the_workflow_and_keeps_the_ledger(run_dir, tmp
     assert "rule dispatch:" not in out and "rule bench:" not in out  # the gate reruns no sweep
     ledger = json.loads((run_dir / HOST / "dispatch" / "ledger.json").read_text())
     assert not ledger["gate"]["passed"]
+
+
+def test_serving_levers_in_the_report(report, run_dir):
+    srv = report["serving"]
+    ctx = {p["point"]: p for p in srv["context"]}
+    assert set(ctx) == {"pp16", "pp64", "tg4_d0", "tg4_d64"}
+    for p in srv["context"] + srv["kv_cache"] + srv["ubatch"]:
+        rungs = p["cell"]["rungs"]
+        assert rungs["floor"]["n"] == 3 and rungs["native_repack"]["median"] > 0
+        assert rungs["floor"]["peak_rss_kib"] > 0  # memory per point, to rule pressure in or out
+        assert p["cell"]["noise_floor"]["floor"] is not None
+        assert all(s["verdict"]["call"] for s in p["cell"]["vs_floor"])
+    assert {p["x"] for p in srv["kv_cache"]} == {"f16", "q8_0"}
+    # the toggle: one binary (native_repack), repack on vs off, at 1 and all threads
+    tog = srv["toggle"]
+    assert sorted(p["threads"] for p in tog) == sorted({1, os.cpu_count()})
+    for p in tog:
+        assert set(p["cell"]["rungs"]) >= {"native_repack", "repack_off"}
+        (step,) = p["cell"]["steps"]
+        assert (step["base"], step["rung"]) == ("native_repack", "repack_off")
+    raw = next((run_dir / HOST / "serving" / "toggle").rglob("*repack_off.stderr.log"))
+    assert "--repack 0" in raw.read_text().splitlines()[0]
+
+
+def test_prefix_cache_ttft_from_server_timings(report, run_dir):
+    pc = report["serving"]["prefix_cache"]
+    by = {c["rung"]: c for c in pc["cache"]}
+    assert {"floor", "native_repack", "control"} <= set(by)
+    for c in by.values():
+        # the warm request reuses the shared prefix: most of the prompt is skipped
+        assert c["prefill_skipped"] > 0.5 and min(c["cache_n"]) > 50
+        assert c["ttft_warm_ms"]["median"] < c["ttft_cold_ms"]["median"]
+    assert "The bigger lever here is" in pc["levers"]
+    if has_amx():  # the AMX server dies in its first prefill: recorded, not hidden
+        assert pc["rung_status"]["amx"]["status"] == "failed"
+    md = (run_dir / HOST / "report" / "ladder.md").read_text()
+    assert "### Prefix cache: time to first token" in md and pc["levers"] in md
+
+
+def test_concurrency_sweep(report):
+    cc = report["serving"]["concurrency"]
+    assert [p["parallel"] for p in cc["points"]] == [1, 2]
+    for p in cc["points"]:
+        assert p["cell"]["rungs"]["native_repack"]["median"] > 0
+        assert p["latency_s"]["floor"] > 0
+
+
+def test_no_server_left_running(run_dir):
+    res = subprocess.run(["pgrep", "-f", "llama-server"], capture_output=True, text=True)
+    assert res.stdout.strip() == "", f"llama-server processes left: {res.stdout}"
+
+
+def test_server_faults_are_named_and_leave_no_process(report, run_dir, tmp_path):
+    import socket
+
+    from ladder.errors import LadderError
+    from ladder.server import llama_server
+
+    key = next(r["build_key"] for r in report["rungs"] if r["name"] == "native_repack")
+    prov = json.loads((run_dir / "results" / "builds" / key / "provenance.json").read_text())
+    meta = json.loads((run_dir / "results" / "models" / "gemma3-270m" / "q4_0.json").read_text())
+    model = {"path": str(run_dir / meta["path"])}  # relative to the work dir
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        with pytest.raises(LadderError, match=f"port {taken} on 127.0.0.1 is already taken"):
+            with llama_server(prov["bin_dir"], model["path"], threads=1, ctx=256, port=taken,
+                              log=str(tmp_path / "taken.log")):
+                pass
+    with pytest.raises(LadderError, match="llama-server exited with code 1 before it was ready"):
+        with llama_server(prov["bin_dir"], str(tmp_path / "no-such.gguf"), threads=1, ctx=256,
+                          log=str(tmp_path / "bad.log")):
+            pass
+    with pytest.raises(RuntimeError, match="inside"):
+        with llama_server(prov["bin_dir"], model["path"], threads=1, ctx=256,
+                          log=str(tmp_path / "ok.log")) as srv:
+            pid = srv.pid
+            raise RuntimeError("a failure inside the measurement")
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # the server is gone, even though the block failed
+
+
+def test_serving_rule_with_a_taken_port_fails_by_name(run_dir, tmp_path):
+    import socket
+
+    cfg = yaml.safe_load(E2E_CONFIG.read_text())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        cfg["serving"]["prefix_cache"]["port"] = port
+        changed = tmp_path / "port.yaml"
+        changed.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        target = f"{HOST}/serving/prefix_cache/gemma3-270m.json"
+        res = snakemake(run_dir, target, "--forcerun", target, config=changed)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert f"llama-server: port {port} on 127.0.0.1 is already taken" in out
+    assert subprocess.run(["pgrep", "-f", "llama-server"], capture_output=True).returncode == 1

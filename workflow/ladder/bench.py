@@ -30,19 +30,20 @@ def round_orders(names: Sequence[str], rounds: int, seed: int) -> list[list[str]
     return orders
 
 
-def bench_argv(bin_dir: str, model: str, workload: Mapping[str, int], threads: int, reps: int,
+def bench_argv(bin_dir: str, model: str, workload: Mapping[str, Any], threads: int, reps: int,
                warmup: bool, runtime_args: Sequence[str]) -> list[str]:
     argv = [str(Path(bin_dir) / "llama-bench"), "-m", model,
             "-p", str(workload.get("n_prompt", 0)), "-n", str(workload.get("n_gen", 0)),
             "-t", str(threads), "-r", str(reps), "-o", "json"]
     if workload.get("n_depth"):
         argv += ["-d", str(workload["n_depth"])]
+    argv += [str(a) for a in workload.get("args") or ()]  # e.g. -ctk/-ctv/-fa, -ub (serving)
     if not warmup:
         argv.append("--no-warmup")
     return argv + list(runtime_args)
 
 
-def measure(*, quant: str, workload_name: str, workload: Mapping[str, int], threads: int,
+def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], threads: int,
             rungs: Sequence[Mapping[str, Any]], model_meta: str, rounds: int, reps: int,
             seed: int, warmup: bool, timeout_s: float, raw_dir: str, out_json: str,
             log: str, warmup_rounds: int = 1) -> dict[str, Any]:

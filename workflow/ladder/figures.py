@@ -172,6 +172,105 @@ def roofline_bars(doc: Mapping[str, Any], out_dir: Path) -> dict[str, Any]:
             "caption": f"Roofline = measured copy bandwidth ({bw} GB/s) / model bytes per token."}
 
 
+def _rung_lines(points: list[Mapping[str, Any]], names: list[str], key: str = "median"
+                ) -> dict[str, list[float | None]]:
+    return {n: [(p["cell"]["rungs"].get(n) or {}).get(key) for p in points] for n in names}
+
+
+def serving_curve(doc: Mapping[str, Any], points: list[Mapping[str, Any]], fid: str, title: str,
+                  xlabel: str, caption: str, out_dir: Path, rss: bool = False) -> dict[str, Any]:
+    """tokens/s per rung against the experiment's x (numbers on a log axis, else categories)."""
+    if len(points) < 2:
+        return {"id": fid, "title": title, "file": None,
+                "why_not": f"{len(points)} point(s); a curve needs two"}
+    names = [n for n in _order(doc) + sorted({k for p in points for k in p["cell"]["rungs"]})
+             if any((p["cell"]["rungs"].get(n) or {}).get("median") for p in points)]
+    names = list(dict.fromkeys(names))
+    xs = [p["x"] for p in points]
+    numeric = all(isinstance(x, (int, float)) for x in xs)
+    pos = xs if numeric else list(range(len(xs)))
+    fig, axes = plt.subplots(1, 2 if rss else 1, figsize=(10.5 if rss else 6.4, 3.3),
+                             squeeze=False)
+    ax = axes[0][0]
+    for i, (n, ys) in enumerate(_rung_lines(points, names).items()):
+        ax.plot(pos, [y if y else float("nan") for y in ys], marker="o", label=n,
+                color="#999999" if n == doc.get("control") else COLORS[i % len(COLORS)],
+                linestyle="--" if n == doc.get("control") else "-")
+    ax.set_yscale("log")
+    ax.set_ylabel("tokens/s (median)")
+    ax.set_xlabel(xlabel)
+    if numeric and max(xs) > 0 and min(xs) > 0 and max(xs) / min(xs) >= 4:
+        ax.set_xscale("log", base=2)
+    if not numeric:
+        ax.set_xticks(pos, [str(x) for x in xs])
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.set_title(title, fontsize=10)
+    if rss:
+        ax2 = axes[0][1]
+        for i, (n, ys) in enumerate(_rung_lines(points, names, "peak_rss_kib").items()):
+            ax2.plot(pos, [y / 1024 if y else float("nan") for y in ys], marker=".", label=n,
+                     color="#999999" if n == doc.get("control") else COLORS[i % len(COLORS)])
+        ax2.set_ylabel("peak RSS (MiB)")
+        ax2.set_xlabel(xlabel)
+        if numeric and min(xs) > 0 and max(xs) / min(xs) >= 4:
+            ax2.set_xscale("log", base=2)
+        ax2.grid(alpha=0.3)
+        ax2.set_title("memory per point", fontsize=10)
+        fig.tight_layout()
+    return {"id": fid, "title": title, "file": _save(fig, out_dir, fid), "caption": caption}
+
+
+def serving_figures(doc: Mapping[str, Any], out: Path) -> dict[str, Any]:
+    srv = doc.get("serving") or {}
+    figs: dict[str, Any] = {}
+    for exp, phase, xlabel in (("context", "prefill", "prompt tokens"),
+                               ("context", "decode", "context depth (tokens)"),
+                               ("kv_cache", "prefill", "KV cache type (flash attention on)"),
+                               ("kv_cache", "decode", "KV cache type (flash attention on)"),
+                               ("ubatch", "prefill", "micro-batch (-ub)"),
+                               ("toggle", "prefill", "threads"), ("toggle", "decode", "threads")):
+        pts = [p for p in srv.get(exp) or [] if p.get("phase") == phase]
+        if not pts:
+            continue
+        pts.sort(key=lambda p: (isinstance(p["x"], str), p["x"]))
+        figs[f"{exp}_{phase}"] = serving_curve(
+            doc, pts, f"serving_{exp}_{phase}", f"{exp.replace('_', ' ')}: {phase}", xlabel,
+            "Median of the interleaved rounds per rung; dashed grey = the control."
+            + (" Right: peak RSS of each point's processes." if exp == "context" else ""),
+            out, rss=exp == "context")
+    conc = srv.get("concurrency")
+    if conc and conc.get("points"):
+        pts = [{"x": p["parallel"], "cell": p["cell"]} for p in conc["points"]]
+        figs["concurrency"] = serving_curve(
+            doc, pts, "serving_concurrency", "concurrency: total throughput",
+            "parallel sequences (llama-batched-bench -npl)",
+            "All sequences' tokens per second of batch time, median per rung.", out)
+    pc = srv.get("prefix_cache")
+    if pc and pc.get("cache"):
+        fid = "serving_prefix_cache"
+        names = [c["rung"] for c in pc["cache"]]
+        cold = [(c["ttft_cold_ms"] or {}).get("median") or 0 for c in pc["cache"]]
+        warm = [(c["ttft_warm_ms"] or {}).get("median") or 0 for c in pc["cache"]]
+        fig, ax = plt.subplots(figsize=(6.4, 3.2))
+        xs = list(range(len(names)))
+        ax.bar([x - 0.2 for x in xs], cold, width=0.4, label="cold (cache_prompt false)",
+               color=COLORS[0])
+        ax.bar([x + 0.2 for x in xs], warm, width=0.4, label="warm (shared prefix cached)",
+               color=COLORS[2])
+        ax.set_xticks(xs, names)
+        ax.set_yscale("log")
+        ax.set_ylabel("time to first token (ms, median)")
+        ax.legend(fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_title("prefix cache: TTFT per rung", fontsize=10)
+        figs["prefix_cache"] = {"id": fid, "title": "prefix cache: TTFT per rung",
+                                "file": _save(fig, out, fid),
+                                "caption": "llama-server's own prompt+first-token time, median "
+                                           "of the interleaved rounds (log scale)."}
+    return figs
+
+
 def draw_all(doc: Mapping[str, Any], out_dir: str | Path) -> dict[str, Any]:
     """All figures: {'ladder': {cell key: fig}, 'prefill': [...], 'threads': [...], ...}."""
     out = Path(out_dir)
@@ -183,4 +282,5 @@ def draw_all(doc: Mapping[str, Any], out_dir: str | Path) -> dict[str, Any]:
         "threads": thread_sweeps(doc, out),
         "drift": drift_scatter(doc, out),
         "roofline": roofline_bars(doc, out),
+        "serving": serving_figures(doc, out),
     }

@@ -13,6 +13,7 @@ from ladder.errors import LadderError
 from ladder.hosts import Host
 from ladder.io import canonical_hash
 from ladder.kernels import load_families
+from ladder import serving
 from ladder.quality import check_settings
 from ladder.report import host_price
 from ladder.recipes import (
@@ -89,6 +90,14 @@ def check_config(config: Mapping[str, Any], hosts: list[Host]) -> None:
     quality = config.get("quality") or {}
     if quality.get("enabled"):
         check_settings(quality)
+    srv = config.get("serving") or {}
+    targets = set(config["build"].get("targets") or [])
+    for exp, tool in (("prefix_cache", "llama-server"), ("concurrency", "llama-batched-bench")):
+        if (srv.get(exp) or {}).get("enabled") and tool not in targets:
+            raise LadderError(f"serving.{exp} needs {tool}: add it to build.targets "
+                              f"(or set serving.{exp}.enabled: false)")
+    if (srv.get("prefix_cache") or {}).get("enabled") and not quality.get("corpus"):
+        raise LadderError("serving.prefix_cache takes its prefix from quality.corpus: set one")
     # an unknown instance fails now, not after the measurements
     for h in hosts:
         host_price(config.get("cost"), h.instance)
@@ -231,6 +240,56 @@ class Plan:
     def dispatch_threads(self) -> list[int]:
         return resolve_threads(list(self.config["dispatch"]["threads"]), self.facts.get("cores"))
 
+    # --- serving levers ---------------------------------------------------------------------
+    @property
+    def serving(self) -> Mapping[str, Any]:
+        return self.config.get("serving") or {}
+
+    def serving_model_quants(self) -> list[tuple[str, str]]:
+        q = str(self.serving.get("quant", "q4_0")).lower()
+        return [(m, mq) for m, mq in self.model_quants() if mq == q]
+
+    def serving_points(self) -> list[dict[str, Any]]:
+        """llama-bench points of the serving experiments (the toggle only where its rung runs)."""
+        pts = serving.bench_points(self.serving, max(self.threads()))
+        variant = serving.toggle_variant(self.serving, self.ladder_name)
+        out = []
+        for p in pts:
+            if p["experiment"] == "toggle":
+                if not variant or variant["rung"] not in [r.name for r in self.applicable]:
+                    continue
+                p = {**p, "base": variant["rung"], "variant": variant["name"]}
+            out.append(p)
+        return out
+
+    def serving_point(self, experiment: str, point: str, threads: int) -> dict[str, Any]:
+        for p in self.serving_points():
+            if (p["experiment"], p["point"], p["threads"]) == (experiment, point, int(threads)):
+                return p
+        raise LadderError(f"serving: no point {experiment}/{point}/t{threads} in the plan")
+
+    def serving_rungs(self, p: Mapping[str, Any], provenance: Any) -> list[dict[str, Any]]:
+        def entry(r: Rung) -> dict[str, Any]:
+            return {**self.rung_summary(r), "provenance": provenance(self.build_keys[r.name])}
+
+        if p["experiment"] != "toggle":
+            return [entry(r) for r in self.applicable]
+        base = entry(self.rung(p["base"]))
+        variant = serving.toggle_variant(self.serving, self.ladder_name) or {}
+        out = [base, serving.variant_rung(base, variant)]
+        control = self.control
+        if control and control.twin_of == p["base"] and control.name not in self.not_applicable:
+            out.append(entry(control))
+        return out
+
+    def serving_server_needed(self) -> list[str]:
+        need = []
+        if (self.serving.get("prefix_cache") or {}).get("enabled"):
+            need.append("llama-server")
+        if (self.serving.get("concurrency") or {}).get("enabled"):
+            need.append("llama-batched-bench")
+        return need
+
     def corpus_id(self) -> str:
         return self.corpus_id_of(self.config)
 
@@ -247,5 +306,6 @@ class Plan:
             "quality_tolerance": (self.config.get("quality") or {}).get("tolerance"),
             "source_id": self.source_id,
             "host": self.host.as_dict(),
+            "serving_points": self.serving_points(),
             "cpu_identity": self.facts.get("identity"),
         }

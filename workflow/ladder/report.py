@@ -7,6 +7,7 @@ from typing import Any, Mapping, Sequence
 
 from ladder import stats
 from ladder.errors import LadderError
+from ladder.serving import serving_section
 from ladder.io import atomic_write_json, read_json
 from ladder.dispatch import CREDITED, workload_phase
 from ladder.quality import judge_drift
@@ -157,7 +158,9 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
               bench: Sequence[str], quality: Sequence[str] = (),
               ledger: Sequence[str] = (), bandwidth: Sequence[str] = (),
               report_cfg: Mapping[str, Any] | None = None,
-              cost: Mapping[str, Any] | None = None) -> dict[str, Any]:
+              cost: Mapping[str, Any] | None = None, serving_points: Sequence[str] = (),
+              serving_prefix: Sequence[str] = (),
+              serving_concurrency: Sequence[str] = ()) -> dict[str, Any]:
     missing: list[dict[str, str]] = []
     src = _load_first([source], missing) or {}
     host_doc = _load_first([host], missing) or {}
@@ -257,6 +260,12 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
         "peak_gflops": peak,
         "cost": {"price": price, "note": price_note,
                  "prices": list((cost or {}).get("prices") or [])},
+        "serving": serving_section(
+            plan=plan, stats_cfg=stats_cfg, missing=missing,
+            points=plan.get("serving_points") or [],
+            point_files=serving_points, prefix=serving_prefix,
+            concurrency_files=serving_concurrency)
+        if (serving_points or serving_prefix or serving_concurrency) else None,
         "missing": missing,
     }
 
@@ -309,13 +318,17 @@ def write_report(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], sourc
                  evidence: Sequence[str], bench: Sequence[str], out_json: str,
                  quality: Sequence[str] = (), ledger: Sequence[str] = (),
                  bandwidth: Sequence[str] = (), report_cfg: Mapping[str, Any] | None = None,
-                 cost: Mapping[str, Any] | None = None) -> None:
+                 cost: Mapping[str, Any] | None = None, serving_points: Sequence[str] = (),
+                 serving_prefix: Sequence[str] = (),
+                 serving_concurrency: Sequence[str] = ()) -> None:
     """The report JSON, checked against workflow/schemas/report.schema.yaml before writing."""
     from ladder.render import validate
 
     doc = build_doc(plan=plan, stats_cfg=stats_cfg, source=source, host=host, builds=builds,
                     models=models, evidence=evidence, bench=bench, quality=quality, ledger=ledger,
-                    bandwidth=bandwidth, report_cfg=report_cfg, cost=cost)
+                    bandwidth=bandwidth, report_cfg=report_cfg, cost=cost,
+                    serving_points=serving_points, serving_prefix=serving_prefix,
+                    serving_concurrency=serving_concurrency)
     doc["plan"] = dict(plan)
     validate(doc, out_json)
     atomic_write_json(out_json, doc)

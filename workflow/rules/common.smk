@@ -23,6 +23,8 @@ wildcard_constraints:
     rung="[a-z][a-z0-9_]*",
     threads="[0-9]+",
     host="[a-z][a-z0-9_]*",
+    experiment="context|kv_cache|ubatch|toggle",
+    point="[a-z0-9_]+",
 
 
 _PLANS = {}
@@ -184,6 +186,7 @@ def report_inputs(wildcards):
             if plan.dispatch_enabled and config["dispatch"]["must_dispatch"]
             else []
         ),
+        **serving_plan_files(wildcards),
     }
 
 
@@ -289,3 +292,59 @@ def render_templates(kind="ladder"):
 
 def host_reports(wildcards=None):
     return [f"results/hosts/{h}/report/ladder.json" for h in HOSTS]
+
+
+# --- serving levers ----------------------------------------------------------------------------
+def serving_plan_files(wildcards):
+    """Every serving result of a host (report inputs), keyed like the report's plan."""
+    plan = host_plan(wildcards.host)
+    h = f"results/hosts/{wildcards.host}/serving"
+    models = plan.serving_model_quants()
+    points = [
+        f"{h}/{p['experiment']}/{m}/{p['point']}/t{p['threads']}.json"
+        for m, _ in models
+        for p in plan.serving_points()
+    ]
+    cfg = config["serving"]
+    return {
+        "serving_points": points,
+        "serving_prefix": (
+            [f"{h}/prefix_cache/{m}.json" for m, _ in models]
+            if cfg["prefix_cache"]["enabled"]
+            else []
+        ),
+        "serving_concurrency": (
+            [f"{h}/concurrency/{m}.json" for m, _ in models]
+            if cfg["concurrency"]["enabled"]
+            else []
+        ),
+    }
+
+
+def serving_inputs(wildcards):
+    plan = host_plan(wildcards.host)
+    return {
+        "model": model_meta(wildcards.model, config["serving"]["quant"].lower()),
+        "builds": sorted(
+            {provenance(plan.build_keys[r.name]) for r in plan.applicable}
+        ),
+    }
+
+
+def serving_point(wildcards):
+    return host_plan(wildcards.host).serving_point(
+        wildcards.experiment, wildcards.point, wildcards.threads
+    )
+
+
+def serving_point_rungs(wildcards):
+    plan = host_plan(wildcards.host)
+    return plan.serving_rungs(serving_point(wildcards), provenance)
+
+
+def serving_all_rungs(wildcards):
+    plan = host_plan(wildcards.host)
+    return [
+        {**plan.rung_summary(r), "provenance": provenance(plan.build_keys[r.name])}
+        for r in plan.applicable
+    ]

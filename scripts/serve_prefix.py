@@ -1,0 +1,15 @@
+import os
+import sys
+
+sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the ladder package
+from ladder.adapter import run_step
+from ladder.serving import prefix_cache
+
+s = snakemake.params.settings
+run_step(snakemake, lambda: prefix_cache(
+    rungs=snakemake.params.rungs, model_meta=snakemake.input.model,
+    corpus=snakemake.input.corpus, settings=s, threads=snakemake.params.threads,
+    rounds=s["rounds"], seed=snakemake.params.seed, timeout_s=s["timeout_s"],
+    raw_dir=snakemake.output.raw, out_json=snakemake.output.json,
+    port=s["prefix_cache"]["port"],
+))

@@ -1,0 +1,78 @@
+"""Serving experiments: their points, the toggle variant, and the lever sentence (no tools run)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ladder.errors import LadderError
+from ladder.serving import bench_points, lever_sentence, toggle_variant, variant_rung
+
+CFG = {
+    "context": {"enabled": True, "prompts": [512, 1024], "depths": [0, 512], "n_gen": 16},
+    "kv_cache": {"enabled": True, "types": ["f16", "q8_0"], "n_prompt": 64, "n_gen": 16,
+                 "depth": 256},
+    "ubatch": {"enabled": True, "sizes": [16, 128], "n_prompt": 128},
+    "toggle": {"enabled": True, "threads": [1, "all", 2], "n_prompt": 64, "n_gen": 0,
+               "variants": {"x86_64": {"rung": "native_repack", "name": "repack_off",
+                                       "runtime": {"repack": False}}}},
+}
+
+
+def test_points_are_one_llama_bench_test_each():
+    pts = bench_points(CFG, threads_all=2)
+    names = [(p["experiment"], p["point"], p["threads"]) for p in pts]
+    assert names == [
+        ("context", "pp512", 2), ("context", "pp1024", 2),
+        ("context", "tg16_d0", 2), ("context", "tg16_d512", 2),
+        ("kv_cache", "f16_pp64", 2), ("kv_cache", "f16_tg16_d256", 2),
+        ("kv_cache", "q8_0_pp64", 2), ("kv_cache", "q8_0_tg16_d256", 2),
+        ("ubatch", "ub16_pp128", 2), ("ubatch", "ub128_pp128", 2),
+        ("toggle", "pp64", 1), ("toggle", "pp64", 2),  # 'all' = 2 is listed once
+    ]
+    for p in pts:  # never both phases in one point: llama-bench would run two tests
+        assert bool(p["spec"]["n_prompt"]) != bool(p["spec"]["n_gen"])
+    kv = next(p for p in pts if p["point"] == "q8_0_tg16_d256")
+    assert kv["spec"] == {"n_prompt": 0, "n_gen": 16, "n_depth": 256,
+                          "args": ["-ctk", "q8_0", "-ctv", "q8_0", "-fa", "1"]}
+
+
+def test_disabled_experiments_have_no_points():
+    off = {k: {**v, "enabled": False} for k, v in CFG.items()}
+    assert bench_points(off, 2) == []
+
+
+def test_toggle_with_both_phases_is_refused():
+    bad = {"toggle": {**CFG["toggle"], "n_gen": 8}}
+    with pytest.raises(LadderError, match="serving.toggle: give n_prompt or n_gen"):
+        bench_points(bad, 2)
+
+
+def test_variant_is_the_same_build_with_the_mechanism_off():
+    base = {"name": "native_repack", "label": "native + repack", "build_key": "k",
+            "runtime": {"env": {}, "repack": True, "bench_args": [], "common_args": []},
+            "provenance": "p.json", "twin_of": None}
+    v = variant_rung(base, toggle_variant(CFG, "x86_64"))
+    assert v["name"] == "repack_off" and v["build_key"] == "k" and v["provenance"] == "p.json"
+    assert v["bench_argv"] == ["--repack", "0"] and v["common_argv"] == ["--no-repack"]
+    arm = variant_rung(base, {"rung": "kleidiai", "name": "sme_off",
+                              "runtime": {"env": {"GGML_KLEIDIAI_SME": "0"}}})
+    assert arm["env"] == {"GGML_KLEIDIAI_SME": "0"} and arm["bench_argv"] == []
+
+
+def test_lever_sentence_names_the_bigger_lever():
+    kernel = {"rung": "native_repack", "ratio": {"estimate": 12.0},
+              "verdict": {"text": "12.0x faster"}}
+    cache = {"rung": "floor", "ratio": {"estimate": 20.0}, "verdict": {"text": "20.0x faster"}}
+    text = lever_sentence(kernel, cache)
+    assert text.endswith("The bigger lever here is the prefix cache.")
+    assert lever_sentence(None, cache) == "not both levers measured"
+
+
+def test_batched_bench_jsonl(fixture_text):
+    from ladder.serving import batched_records
+
+    recs = batched_records(fixture_text("x86_64/batched-bench-native_repack-q4_0.jsonl"), "f")
+    assert [r["pl"] for r in recs] == [1, 2]
+    assert all(r["pp"] == 16 and r["tg"] == 4 and r["speed"] > 0 for r in recs)
+    with pytest.raises(LadderError, match="no llama-batched-bench jsonl records"):
+        batched_records("main: n_kv_max = 56\n", "stdout of a run")

@@ -1,0 +1,397 @@
+"""The serving-side levers, measured like the ladder: every rung interleaved in shuffled rounds,
+the control rung's noise floor, and the same verdicts.
+
+* llama-bench points (one job per point): ``context`` (prefill at growing prompt lengths, decode
+  at growing depth), ``kv_cache`` (cache types, flash attention on), ``ubatch`` (-ub sizes) and
+  ``toggle`` (one binary with its mechanism on vs off, per thread count);
+* ``prefix_cache``: llama-server, cold TTFT (cache_prompt false) vs warm TTFT on a shared prefix,
+  from the server's own timings;
+* ``concurrency``: llama-batched-bench throughput and per-request latency vs parallel sequences.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ladder import stats
+from ladder.bench import round_orders
+from ladder.errors import LadderError
+from ladder.host import host_brief
+from ladder.io import atomic_write_json, atomic_write_text, read_json
+from ladder.recipes import Runtime
+from ladder.run import run
+from ladder.server import PortTaken, llama_server
+
+FORMAT = "ladder-serving/1"
+BENCH_EXPERIMENTS = ("context", "kv_cache", "ubatch", "toggle")
+
+
+# --- the points of the llama-bench experiments ---------------------------------------------------
+def bench_points(cfg: Mapping[str, Any], threads_all: int) -> list[dict[str, Any]]:
+    """Every llama-bench point: experiment, point name, workload spec, thread count."""
+    pts: list[dict[str, Any]] = []
+
+    def add(exp: str, name: str, spec: dict[str, Any], threads: int, x: Any, **extra: Any) -> None:
+        pts.append({"experiment": exp, "point": name, "spec": spec, "threads": threads,
+                    "x": x, **extra})
+
+    c = cfg.get("context") or {}
+    if c.get("enabled"):
+        for p in c["prompts"]:
+            add("context", f"pp{p}", {"n_prompt": p, "n_gen": 0}, threads_all, p, phase="prefill")
+        for d in c["depths"]:
+            add("context", f"tg{c['n_gen']}_d{d}", {"n_prompt": 0, "n_gen": c["n_gen"],
+                                                     "n_depth": d}, threads_all, d, phase="decode")
+    k = cfg.get("kv_cache") or {}
+    if k.get("enabled"):
+        for t in k["types"]:
+            args = ["-ctk", t, "-ctv", t, "-fa", "1"]
+            add("kv_cache", f"{t}_pp{k['n_prompt']}", {"n_prompt": k["n_prompt"], "n_gen": 0,
+                                                       "args": args}, threads_all, t,
+                phase="prefill")
+            if k["n_gen"]:
+                add("kv_cache", f"{t}_tg{k['n_gen']}_d{k['depth']}",
+                    {"n_prompt": 0, "n_gen": k["n_gen"], "n_depth": k["depth"], "args": args},
+                    threads_all, t, phase="decode")
+    u = cfg.get("ubatch") or {}
+    if u.get("enabled"):
+        for size in u["sizes"]:
+            add("ubatch", f"ub{size}_pp{u['n_prompt']}",
+                {"n_prompt": u["n_prompt"], "n_gen": 0, "args": ["-ub", str(size)]},
+                threads_all, size, phase="prefill")
+    t = cfg.get("toggle") or {}
+    if t.get("enabled"):
+        spec = {"n_prompt": t["n_prompt"], "n_gen": t["n_gen"]}
+        if bool(spec["n_prompt"]) == bool(spec["n_gen"]):
+            raise LadderError("serving.toggle: give n_prompt or n_gen (one phase), not both")
+        name = f"pp{spec['n_prompt']}" if spec["n_prompt"] else f"tg{spec['n_gen']}"
+        seen = []
+        for th in t["threads"]:
+            n = threads_all if th == "all" else int(th)
+            if n not in seen:
+                seen.append(n)
+                add("toggle", name, spec, n, n,
+                    phase="prefill" if spec["n_prompt"] else "decode")
+    return pts
+
+
+def toggle_variant(cfg: Mapping[str, Any], arch: str) -> dict[str, Any] | None:
+    return ((cfg.get("toggle") or {}).get("variants") or {}).get(arch)
+
+
+def variant_rung(base: Mapping[str, Any], variant: Mapping[str, Any]) -> dict[str, Any]:
+    """The base rung's binary with the variant's runtime (e.g. --repack 0): the same build key."""
+    rt = {**base["runtime"], **variant["runtime"]}
+    runtime = Runtime(env={str(k): str(v) for k, v in (rt.get("env") or {}).items()},
+                      repack=bool(rt.get("repack", True)),
+                      bench_args=tuple(rt.get("bench_args") or ()),
+                      common_args=tuple(rt.get("common_args") or ()))
+    return {**base, "name": variant["name"], "label": f"{base['label']} ({variant['name']})",
+            "twin_of": None, "runtime": runtime.as_dict(), "env": dict(runtime.env),
+            "bench_argv": runtime.bench_argv(), "common_argv": runtime.common_argv(),
+            "variant_of": base["name"]}
+
+
+# --- server and batched-bench experiments --------------------------------------------------------
+def _active(rungs: Sequence[Mapping[str, Any]]) -> tuple[list[str], dict[str, dict[str, Any]],
+                                                         dict[str, str]]:
+    status: dict[str, dict[str, Any]] = {}
+    bins: dict[str, str] = {}
+    active: list[str] = []
+    for r in rungs:
+        prov = read_json(r["provenance"])
+        entry = {"build_key": prov.get("build_key"), "status": "measured", "reason": None}
+        if prov.get("status") != "ok":
+            entry.update(status="build_failed", reason=prov.get("reason"))
+        else:
+            bins[r["name"]] = prov["bin_dir"]
+            active.append(r["name"])
+        status[r["name"]] = entry
+    if not active:
+        raise LadderError("serving: no rung built successfully")
+    return active, status, bins
+
+
+def prefix_words(corpus: str, n: int) -> str:
+    words = Path(corpus).read_text(errors="replace").split()
+    if len(words) < n + 40:
+        raise LadderError(f"serving.prefix_cache.prefix_words: {n} words asked for, but the "
+                          f"corpus {corpus} has {len(words)}")
+    return " ".join(words[:n])
+
+
+SUFFIXES = ("\n\nQuestion: who may copy this text?\nAnswer:",
+            "\n\nQuestion: what does the license protect?\nAnswer:",
+            "\n\nQuestion: summarise the first paragraph.\nAnswer:")
+
+
+def prefix_cache(*, rungs: Sequence[Mapping[str, Any]], model_meta: str, corpus: str,
+                 settings: Mapping[str, Any], threads: int, rounds: int, seed: int,
+                 timeout_s: float, raw_dir: str, out_json: str,
+                 port: int | None = None) -> dict[str, Any]:
+    """Per round and rung: a fresh server, then cold, priming and warm requests on one prefix."""
+    model = read_json(model_meta)
+    raw = Path(raw_dir)
+    raw.mkdir(parents=True, exist_ok=True)
+    cfg = settings["prefix_cache"]
+    prefix = prefix_words(corpus, cfg["prefix_words"])
+    active, status, bins = _active(rungs)
+    by_name = {r["name"]: r for r in rungs}
+    samples: list[dict[str, Any]] = []
+    orders = round_orders(active, rounds, seed)
+    brief = host_brief()
+    for rnd, order in enumerate(orders):
+        for pos, name in enumerate(order):
+            if status[name]["status"] != "measured":
+                continue
+            r = by_name[name]
+            log = str(raw / f"round{rnd:02d}-{pos:02d}-{name}.server.log")
+            try:
+                with llama_server(bins[name], model["path"], threads=threads, ctx=cfg["ctx"],
+                                  log=log, port=port, env=r["env"],
+                                  args=[*r["common_argv"], *cfg.get("server_args", [])],
+                                  ready_timeout_s=cfg["ready_timeout_s"]) as srv:
+                    srv.post("/completion", {"prompt": "Hello", "n_predict": 1,
+                                             "cache_prompt": False}, timeout_s)  # loads everything
+                    out = {}
+                    for kind, suffix, cache in (("cold", SUFFIXES[0], False),
+                                                ("prime", SUFFIXES[1], True),
+                                                ("warm", SUFFIXES[2], True)):
+                        reply, wall_ms = srv.post("/completion", {
+                            "prompt": prefix + suffix, "n_predict": 1, "cache_prompt": cache,
+                            "temperature": 0, "seed": seed}, timeout_s)
+                        out[kind] = {"wall_ms": round(wall_ms, 3), "timings": reply.get("timings"),
+                                     "tokens_cached": reply.get("tokens_cached")}
+            except PortTaken:
+                raise  # the machine's fault, not the rung's: the rule fails, naming the port
+            except LadderError as exc:
+                status[name].update(status="failed", reason=str(exc), round=rnd, raw=log)
+                continue
+            atomic_write_text(raw / f"round{rnd:02d}-{pos:02d}-{name}.json",
+                              json.dumps(out, indent=1))
+            for kind in ("cold", "warm"):
+                t = out[kind]["timings"] or {}
+                prompt_ms = float(t.get("prompt_ms") or 0.0)
+                first_ms = prompt_ms + float(t.get("predicted_ms") or 0.0)
+                samples.append({
+                    "rung": name if kind == "cold" else f"{name}+cache", "base_rung": name,
+                    "kind": kind, "round": rnd, "order": pos, "warmup": False,
+                    "build_key": status[name]["build_key"],
+                    "ttft_ms": first_ms, "wall_ms": out[kind]["wall_ms"],
+                    "prompt_ms": prompt_ms, "prompt_n": t.get("prompt_n"),
+                    "cache_n": t.get("cache_n"), "n_threads": threads,
+                    # a rate, so "faster" reads the same way as throughput: first tokens per s
+                    "tokens_per_s": 1000.0 / first_ms if first_ms > 0 else 0.0,
+                    **brief,
+                })
+    if not samples:
+        raise LadderError("serving prefix_cache: no rung's llama-server produced a measurement: "
+                          + "; ".join(f"{n}: {st['reason']}" for n, st in status.items()))
+    doc = {"format": FORMAT, "experiment": "prefix_cache", "quant": model["quant"].lower(),
+           "workload": "prefix_cache", "threads": threads, "rounds": rounds, "seed": seed,
+           "orders": orders, "prefix_words": cfg["prefix_words"], "ctx": cfg["ctx"],
+           "server_args": list(cfg.get("server_args", [])),
+           "host": brief, "rungs": status, "samples": samples,
+           "method": "llama-server on 127.0.0.1, one fresh server per round and rung; TTFT = "
+                     "prompt_ms + predicted_ms (n_predict 1) from the server's timings; cold "
+                     "with cache_prompt false, warm after a priming request on the same prefix"}
+    atomic_write_json(out_json, doc)
+    return doc
+
+
+def batched_records(text: str, source: str) -> list[dict[str, Any]]:
+    """llama-batched-bench --output-format jsonl: one JSON object per line (others skipped)."""
+    recs = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{") and line.endswith("}"):
+            try:
+                rec = json.loads(line)
+            except ValueError as exc:
+                raise LadderError(f"{source}: unreadable jsonl line: {line[:120]}") from exc
+            if "pl" in rec and "speed" in rec:
+                recs.append(rec)
+    if not recs:
+        raise LadderError(f"{source}: no llama-batched-bench jsonl records")
+    return recs
+
+
+def concurrency(*, rungs: Sequence[Mapping[str, Any]], model_meta: str,
+                settings: Mapping[str, Any], threads: int, rounds: int, seed: int,
+                timeout_s: float, raw_dir: str, out_json: str) -> dict[str, Any]:
+    model = read_json(model_meta)
+    raw = Path(raw_dir)
+    raw.mkdir(parents=True, exist_ok=True)
+    cfg = settings["concurrency"]
+    active, status, bins = _active(rungs)
+    by_name = {r["name"]: r for r in rungs}
+    orders = round_orders(active, rounds, seed)
+    brief = host_brief()
+    samples: list[dict[str, Any]] = []
+    npl = ",".join(str(p) for p in cfg["parallel"])
+    ctx = max(cfg["parallel"]) * (cfg["n_prompt"] + cfg["n_gen"]) + 16
+    for rnd, order in enumerate(orders):
+        for pos, name in enumerate(order):
+            if status[name]["status"] != "measured":
+                continue
+            r = by_name[name]
+            argv = [str(Path(bins[name]) / "llama-batched-bench"), "-m", model["path"],
+                    "-c", str(ctx), "-npp", str(cfg["n_prompt"]), "-ntg", str(cfg["n_gen"]),
+                    "-npl", npl, "-t", str(threads), "--output-format", "jsonl",
+                    *(a for a in r["common_argv"])]
+            res = run(argv, env=r["env"], timeout_s=timeout_s)
+            stem = raw / f"round{rnd:02d}-{pos:02d}-{name}"
+            atomic_write_text(f"{stem}.jsonl", res.stdout)
+            atomic_write_text(f"{stem}.stderr.log", f"$ {' '.join(argv)}\n{res.stderr}")
+            failure = res.failure()
+            if failure:
+                status[name].update(status="crashed" if res.signal_name else "failed",
+                                    reason=failure, round=rnd, raw=f"{stem}.stderr.log")
+                continue
+            for rec in batched_records(res.stdout, f"{stem}.jsonl"):
+                samples.append({
+                    "rung": name, "round": rnd, "order": pos, "warmup": False,
+                    "build_key": status[name]["build_key"], "parallel": int(rec["pl"]),
+                    "tokens_per_s": float(rec["speed"]), "speed_pp": float(rec["speed_pp"]),
+                    "speed_tg": float(rec["speed_tg"]), "t_s": float(rec["t"]),
+                    "n_threads": threads, "peak_rss_kib": res.peak_rss_kib, **brief,
+                })
+    doc = {"format": FORMAT, "experiment": "concurrency", "quant": model["quant"].lower(),
+           "workload": "concurrency", "threads": threads, "rounds": rounds, "seed": seed,
+           "orders": orders, "spec": dict(cfg), "host": brief, "rungs": status,
+           "samples": samples,
+           "method": "llama-batched-bench -npp/-ntg per sequence, -npl parallel sequences; "
+                     "throughput = all tokens / batch time; per-request latency = batch time"}
+    atomic_write_json(out_json, doc)
+    return doc
+
+
+# --- the report's serving section ----------------------------------------------------------------
+def _summarize(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
+               twin: str | None, stats_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    return stats.summarize_cell(doc, ladder, control, twin,
+                                confidence=stats_cfg["confidence"],
+                                resamples=stats_cfg["bootstrap_resamples"], seed=stats_cfg["seed"])
+
+
+def summarize_bench_point(doc: Mapping[str, Any], point: Mapping[str, Any],
+                          plan: Mapping[str, Any], stats_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    if point["experiment"] == "toggle":
+        ladder = [point["base"], point["variant"]]
+    else:
+        ladder = plan["ladder_order"]
+    cell = _summarize(doc, ladder, plan.get("control"), plan.get("twin"), stats_cfg)
+    return {**{k: point[k] for k in ("experiment", "point", "x", "phase", "spec")},
+            "threads": doc["threads"], "cell": cell, "rung_status": doc["rungs"]}
+
+
+def summarize_prefix(doc: Mapping[str, Any], plan: Mapping[str, Any],
+                     stats_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Kernel ladder on cold TTFT; prefix cache = warm vs cold on each rung, same floor."""
+    cold = {**doc, "samples": [s for s in doc["samples"] if s["kind"] == "cold"]}
+    ladder_cell = _summarize(cold, plan["ladder_order"], plan.get("control"), plan.get("twin"),
+                             stats_cfg)
+    floor = ladder_cell["noise_floor"]["floor"]
+    cache = []
+    for name in plan["ladder_order"] + ([plan["control"]] if plan.get("control") else []):
+        ratios = stats.paired_ratios(doc["samples"], name, f"{name}+cache")
+        r = stats.ratio_ci(ratios, stats_cfg["confidence"], stats_cfg["bootstrap_resamples"],
+                           stats_cfg["seed"])
+        warm = [s for s in doc["samples"] if s["rung"] == f"{name}+cache"]
+        coldr = [s for s in doc["samples"] if s["rung"] == name]
+        if not warm:
+            continue
+        share = [s["cache_n"] / (s["cache_n"] + s["prompt_n"]) for s in warm
+                 if s.get("cache_n") is not None and s.get("prompt_n") is not None
+                 and (s["cache_n"] + s["prompt_n"]) > 0]
+        cache.append({
+            "rung": name, "ratio": asdict(r), "verdict": asdict(stats.verdict(r, floor)),
+            "ttft_cold_ms": stats.rung_summary([{**s, "tokens_per_s": s["ttft_ms"]}
+                                                for s in coldr], name, stats_cfg["confidence"],
+                                               stats_cfg["bootstrap_resamples"],
+                                               stats_cfg["seed"]),
+            "ttft_warm_ms": stats.rung_summary([{**s, "tokens_per_s": s["ttft_ms"]}
+                                                for s in warm], f"{name}+cache",
+                                               stats_cfg["confidence"],
+                                               stats_cfg["bootstrap_resamples"],
+                                               stats_cfg["seed"]),
+            "prefill_skipped": (sum(share) / len(share)) if share else None,
+            "cache_n": sorted({s.get("cache_n") for s in warm}, key=lambda x: x or 0),
+            "prompt_n_cold": sorted({s.get("prompt_n") for s in coldr}, key=lambda x: x or 0),
+        })
+    kernel = next((s for s in ladder_cell["vs_floor"]), None)
+    best_kernel = max(ladder_cell["vs_floor"], key=lambda s: s["ratio"]["estimate"] or 0,
+                      default=None)
+    best_cache = max(cache, key=lambda c: c["ratio"]["estimate"] or 0, default=None)
+    return {"experiment": "prefix_cache", "threads": doc["threads"], "cell": ladder_cell,
+            "cache": cache, "rung_status": doc["rungs"], "method": doc["method"],
+            "prefix_words": doc["prefix_words"], "server_args": doc.get("server_args", []),
+            "levers": lever_sentence(best_kernel or kernel, best_cache)}
+
+
+def lever_sentence(kernel: Mapping[str, Any] | None,
+                   cache: Mapping[str, Any] | None) -> str:
+    """Which lever bought more TTFT: the kernel ladder (cold) or the prefix cache (warm/cold)."""
+    if not kernel or not cache:
+        return "not both levers measured"
+    k, c = kernel["ratio"]["estimate"], cache["ratio"]["estimate"]
+    if not k or not c:
+        return "not both levers measured"
+    kv, cv = kernel["verdict"]["text"], cache["verdict"]["text"]
+    bigger = "the prefix cache" if c > k else "the kernel ladder"
+    return (f"TTFT: kernel ladder ({kernel['rung']} vs floor, cold) {kv}; prefix cache "
+            f"(warm vs cold on {cache['rung']}) {cv}. The bigger lever here is {bigger}.")
+
+
+def summarize_concurrency(doc: Mapping[str, Any], plan: Mapping[str, Any],
+                          stats_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    points = []
+    for p in sorted({s["parallel"] for s in doc["samples"]}):
+        sub = {**doc, "workload": f"parallel{p}",
+               "samples": [s for s in doc["samples"] if s["parallel"] == p]}
+        cell = _summarize(sub, plan["ladder_order"], plan.get("control"), plan.get("twin"),
+                          stats_cfg)
+        latency = {}
+        for name in cell["rungs"]:
+            ts = sorted(s["t_s"] for s in sub["samples"] if s["rung"] == name)
+            if ts:
+                latency[name] = ts[len(ts) // 2]
+        points.append({"parallel": p, "cell": cell, "latency_s": latency})
+    return {"experiment": "concurrency", "threads": doc["threads"], "points": points,
+            "rung_status": doc["rungs"], "method": doc["method"], "spec": doc["spec"]}
+
+
+def serving_section(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
+                    points: Sequence[Mapping[str, Any]], point_files: Sequence[str],
+                    prefix: Sequence[str], concurrency_files: Sequence[str],
+                    missing: list[dict[str, str]]) -> dict[str, Any]:
+    out: dict[str, Any] = {e: [] for e in BENCH_EXPERIMENTS}
+    by_key = {(p["experiment"], p["point"], int(p["threads"])): p for p in points}
+    for path in point_files:
+        # .../serving/<experiment>/<model>/<point>/t<threads>.json
+        parts = Path(path).parts
+        key = (parts[-4], parts[-2], int(parts[-1][1:].split(".")[0]))
+        point = by_key.get(key)
+        if point is None:
+            missing.append({"file": path, "problem": "not a point of this plan"})
+            continue
+        try:
+            doc = read_json(path)
+            out[point["experiment"]].append(summarize_bench_point(doc, point, plan, stats_cfg))
+        except LadderError as exc:
+            missing.append({"file": path, "problem": str(exc)})
+    for path in prefix:
+        try:
+            out["prefix_cache"] = summarize_prefix(read_json(path), plan, stats_cfg)
+        except LadderError as exc:
+            missing.append({"file": path, "problem": str(exc)})
+    for path in concurrency_files:
+        try:
+            out["concurrency"] = summarize_concurrency(read_json(path), plan, stats_cfg)
+        except LadderError as exc:
+            missing.append({"file": path, "problem": str(exc)})
+    return out
+

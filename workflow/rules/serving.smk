@@ -1,0 +1,83 @@
+# The serving levers: each experiment point measures every rung interleaved, like `bench`.
+rule serve_bench:
+    input:
+        unpack(serving_inputs),
+    output:
+        samples=f"{H}/serving/{{experiment}}/{{model}}/{{point}}/t{{threads}}.json",
+        raw=directory(
+            f"{H}/serving/{{experiment}}/{{model}}/{{point}}/t{{threads}}.raw"
+        ),
+    log:
+        "logs/{host}/serving/{experiment}/{model}/{point}/t{threads}.log",
+    conda:
+        "../../envs/ladder.yaml"
+    threads: host_threads
+    resources:
+        slurm_partition=host_partition,
+        constraint=host_constraint,
+        slurm_extra=host_extra,
+        mem_mb=host_mem(6000),
+        runtime=120,
+    params:
+        rungs=serving_point_rungs,
+        point=serving_point,
+        settings=config["serving"],
+        seed=config["measure"]["seed"],
+        code=code_hash("bench", "run", "parse", "host"),
+    script:
+        "../../scripts/serve_bench.py"
+
+
+rule serve_prefix:
+    input:
+        unpack(serving_inputs),
+        corpus=lambda wc: corpus_files()["txt"],
+    output:
+        json=f"{H}/serving/prefix_cache/{{model}}.json",
+        raw=directory(f"{H}/serving/prefix_cache/{{model}}.raw"),
+    log:
+        "logs/{host}/serving/prefix_cache/{model}.log",
+    conda:
+        "../../envs/ladder.yaml"
+    threads: host_threads
+    resources:
+        slurm_partition=host_partition,
+        constraint=host_constraint,
+        slurm_extra=host_extra,
+        mem_mb=host_mem(6000),
+        runtime=120,
+    params:
+        rungs=serving_all_rungs,
+        settings=config["serving"],
+        threads=measure_threads,
+        seed=config["measure"]["seed"],
+        code=code_hash("serving", "server", "run"),
+    script:
+        "../../scripts/serve_prefix.py"
+
+
+rule serve_concurrency:
+    input:
+        unpack(serving_inputs),
+    output:
+        json=f"{H}/serving/concurrency/{{model}}.json",
+        raw=directory(f"{H}/serving/concurrency/{{model}}.raw"),
+    log:
+        "logs/{host}/serving/concurrency/{model}.log",
+    conda:
+        "../../envs/ladder.yaml"
+    threads: host_threads
+    resources:
+        slurm_partition=host_partition,
+        constraint=host_constraint,
+        slurm_extra=host_extra,
+        mem_mb=host_mem(6000),
+        runtime=120,
+    params:
+        rungs=serving_all_rungs,
+        settings=config["serving"],
+        threads=measure_threads,
+        seed=config["measure"]["seed"],
+        code=code_hash("serving", "run"),
+    script:
+        "../../scripts/serve_concurrency.py"
