@@ -43,15 +43,10 @@ def bench_argv(bin_dir: str, model: str, workload: Mapping[str, Any], threads: i
     return argv + list(runtime_args)
 
 
-def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], threads: int,
-            rungs: Sequence[Mapping[str, Any]], model_meta: str, rounds: int, reps: int,
-            seed: int, warmup: bool, timeout_s: float, raw_dir: str, out_json: str,
-            log: str, warmup_rounds: int = 1) -> dict[str, Any]:
-    """Run ``warmup_rounds + rounds`` interleaved rounds; warmup-round samples are kept but
-    flagged (``"warmup": true``) and never enter the statistics."""
-    model = read_json(model_meta)
-    raw = Path(raw_dir)
-    raw.mkdir(parents=True, exist_ok=True)
+def built_rungs(rungs: Sequence[Mapping[str, Any]], where: str
+                ) -> tuple[list[str], dict[str, dict[str, Any]], dict[str, str]]:
+    """The rungs whose build succeeded (names, in order), every rung's status entry, and the
+    bin dir of each built one; a failed build is a status, not an error, unless none built."""
     status: dict[str, dict[str, Any]] = {}
     active: list[str] = []
     bins: dict[str, str] = {}
@@ -66,7 +61,20 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
             active.append(r["name"])
         status[r["name"]] = entry
     if not active:
-        raise LadderError(f"bench {quant}/{workload_name}/t{threads}: no rung built successfully")
+        raise LadderError(f"{where}: no rung built successfully")
+    return active, status, bins
+
+
+def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], threads: int,
+            rungs: Sequence[Mapping[str, Any]], model_meta: str, rounds: int, reps: int,
+            seed: int, warmup: bool, timeout_s: float, raw_dir: str, out_json: str,
+            log: str, warmup_rounds: int = 1) -> dict[str, Any]:
+    """Run ``warmup_rounds + rounds`` interleaved rounds; warmup-round samples are kept but
+    flagged (``"warmup": true``) and never enter the statistics."""
+    model = read_json(model_meta)
+    raw = Path(raw_dir)
+    raw.mkdir(parents=True, exist_ok=True)
+    active, status, bins = built_rungs(rungs, f"bench {quant}/{workload_name}/t{threads}")
     orders = round_orders(active, warmup_rounds + rounds, seed)
     brief = host_brief()
     samples: list[dict[str, Any]] = []

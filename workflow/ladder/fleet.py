@@ -319,14 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     if not reports:
         print("ladder fleet: no per-host reports found under results/hosts/", file=sys.stderr)
         return 1
-    try:
-        paths = write_fleet(reports, Path(args.out))
-    except LadderError as exc:
-        print(f"ladder fleet: {exc}", file=sys.stderr)
-        return 1
-    for kind, p in paths.items():
-        print(f"{kind}: {p}")
-    return 0
+    from ladder.render import cli
+
+    return cli("ladder fleet", lambda: write_fleet(reports, Path(args.out)))
 
 
 if __name__ == "__main__":

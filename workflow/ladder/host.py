@@ -58,6 +58,13 @@ def mem_total_kib() -> int | None:
     return None
 
 
+@lru_cache(maxsize=None)
+def local_identity() -> str:
+    """This node's CPU identity (what a native build is keyed by)."""
+    return cpu_identity({"arch": host_arch(), "cpu_model": cpu_model(),
+                         "cpu_flags": sorted(host_cpu_flags()), "native_target": native_target()})
+
+
 def scheduler_job() -> dict[str, str] | None:
     """The SLURM job this process runs in (None outside SLURM): proof of where a job ran."""
     if "SLURM_JOB_ID" not in os.environ:
@@ -88,7 +95,7 @@ def host_facts(host_name: str | None = None) -> dict[str, Any]:
         "python": platform.python_version(),
         "scheduler_job": scheduler_job(),
     }
-    facts["identity"] = cpu_identity(facts)
+    facts["identity"] = local_identity()
     return facts
 
 
@@ -97,7 +104,5 @@ def host_brief() -> dict[str, Any]:
     job = scheduler_job() or {}
     return {"hostname": socket.gethostname(), "arch": host_arch(), "thp": thp_mode(),
             "cpu_model": cpu_model(),
-            "identity": cpu_identity({"arch": host_arch(), "cpu_model": cpu_model(),
-                                      "cpu_flags": sorted(host_cpu_flags()),
-                                      "native_target": native_target()}),
+            "identity": local_identity(),
             "slurm_job_id": job.get("job_id"), "slurm_partition": job.get("job_partition")}

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ladder import stats
-from ladder.bench import round_orders
+from ladder.bench import built_rungs, round_orders
 from ladder.errors import LadderError
 from ladder.host import host_brief
 from ladder.io import atomic_write_json, atomic_write_text, read_json
@@ -96,25 +96,6 @@ def variant_rung(base: Mapping[str, Any], variant: Mapping[str, Any]) -> dict[st
 
 
 # --- server and batched-bench experiments --------------------------------------------------------
-def _active(rungs: Sequence[Mapping[str, Any]]) -> tuple[list[str], dict[str, dict[str, Any]],
-                                                         dict[str, str]]:
-    status: dict[str, dict[str, Any]] = {}
-    bins: dict[str, str] = {}
-    active: list[str] = []
-    for r in rungs:
-        prov = read_json(r["provenance"])
-        entry = {"build_key": prov.get("build_key"), "status": "measured", "reason": None}
-        if prov.get("status") != "ok":
-            entry.update(status="build_failed", reason=prov.get("reason"))
-        else:
-            bins[r["name"]] = prov["bin_dir"]
-            active.append(r["name"])
-        status[r["name"]] = entry
-    if not active:
-        raise LadderError("serving: no rung built successfully")
-    return active, status, bins
-
-
 def prefix_words(corpus: str, n: int) -> str:
     words = Path(corpus).read_text(errors="replace").split()
     if len(words) < n + 40:
@@ -138,7 +119,7 @@ def prefix_cache(*, rungs: Sequence[Mapping[str, Any]], model_meta: str, corpus:
     raw.mkdir(parents=True, exist_ok=True)
     cfg = settings["prefix_cache"]
     prefix = prefix_words(corpus, cfg["prefix_words"])
-    active, status, bins = _active(rungs)
+    active, status, bins = built_rungs(rungs, "serving")
     by_name = {r["name"]: r for r in rungs}
     samples: list[dict[str, Any]] = []
     orders = round_orders(active, rounds, seed)
@@ -226,7 +207,7 @@ def concurrency(*, rungs: Sequence[Mapping[str, Any]], model_meta: str,
     raw = Path(raw_dir)
     raw.mkdir(parents=True, exist_ok=True)
     cfg = settings["concurrency"]
-    active, status, bins = _active(rungs)
+    active, status, bins = built_rungs(rungs, "serving")
     by_name = {r["name"]: r for r in rungs}
     orders = round_orders(active, rounds, seed)
     brief = host_brief()
@@ -322,14 +303,13 @@ def summarize_prefix(doc: Mapping[str, Any], plan: Mapping[str, Any],
             "cache_n": sorted({s.get("cache_n") for s in warm}, key=lambda x: x or 0),
             "prompt_n_cold": sorted({s.get("prompt_n") for s in coldr}, key=lambda x: x or 0),
         })
-    kernel = next((s for s in ladder_cell["vs_floor"]), None)
     best_kernel = max(ladder_cell["vs_floor"], key=lambda s: s["ratio"]["estimate"] or 0,
                       default=None)
     best_cache = max(cache, key=lambda c: c["ratio"]["estimate"] or 0, default=None)
     return {"experiment": "prefix_cache", "threads": doc["threads"], "cell": ladder_cell,
             "cache": cache, "rung_status": doc["rungs"], "method": doc["method"],
             "prefix_words": doc["prefix_words"], "server_args": doc.get("server_args", []),
-            "levers": lever_sentence(best_kernel or kernel, best_cache)}
+            "levers": lever_sentence(best_kernel, best_cache)}
 
 
 def lever_sentence(kernel: Mapping[str, Any] | None,
