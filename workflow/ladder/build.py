@@ -14,7 +14,13 @@ from typing import Any, Mapping
 from ladder.errors import LadderError
 from ladder.io import atomic_write_json, read_json
 from ladder.host import host_brief
-from ladder.recipes import GGML_CPU_FLAGS_CMAKE, compiler_identity, host_arch, native_target
+from ladder.recipes import (
+    GGML_CPU_FLAGS_CMAKE,
+    compiler_identity,
+    host_arch,
+    native_target,
+    toolchain_file_path,
+)
 
 FORMAT = "ladder-build/1"
 
@@ -38,6 +44,8 @@ def cmake_configure_argv(
 ) -> list[str]:
     argv = ["cmake", "-S", source_root, "-B", build_dir, "-G", generator,
             f"-DCMAKE_BUILD_TYPE={recipe['build_type']}"]
+    if recipe.get("toolchain"):
+        argv.append(f"-DCMAKE_TOOLCHAIN_FILE={toolchain_file_path(recipe['toolchain'])}")
     for key, value in sorted(recipe["cmake"].items()):
         argv.append(f"-D{key}={value}")
     if recipe["cflags"]:
@@ -84,7 +92,17 @@ ARCH_LINES = re.compile(
 
 
 def check_build_host(material: Mapping[str, Any], build_key: str) -> None:
-    """A build runs where it is keyed: same arch, compiler and -march=native expansion."""
+    """A build runs where it is keyed: same arch, compiler and -march=native expansion.
+
+    A cross build (toolchain file) runs on any machine with the same cross compiler."""
+    if material.get("toolchain_file"):
+        from ladder.emulation import cross_compiler_identity
+
+        have = cross_compiler_identity()
+        if material.get("compiler") != have:
+            raise LadderError(f"build {build_key} is keyed for cross compiler "
+                              f"{material.get('compiler')} but {socket.gethostname()} has {have}")
+        return
     here = {"arch": host_arch(), "compiler": compiler_identity()}
     for what in ("arch", "compiler"):
         if material.get(what) is not None and material[what] != here[what]:

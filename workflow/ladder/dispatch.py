@@ -120,11 +120,20 @@ def workload_argv(bin_dir: Path, model: str, spec: Mapping[str, int], threads: i
             "-o", "json", *bench_argv]
 
 
-def choose_method(wanted: str) -> tuple[str | None, Any, str | None]:
-    """(method, handle, reason-if-none). auto = uprobes if permitted, else lldb."""
+def choose_method(wanted: str, launcher: Sequence[str] = ()) -> tuple[str | None, Any, str | None]:
+    """(method, handle, reason-if-none). auto = uprobes if permitted, else lldb. A guest under
+    qemu-user is invisible to uprobes and ptrace: it is counted by QEMU's own exec log."""
     from ladder import debugger as lldb_mod
     from ladder import uprobes
 
+    if launcher or wanted == "qemu-exec":
+        if not launcher:
+            return None, None, "method qemu-exec is for emulated hosts (no qemu launcher)"
+        import shutil
+
+        if shutil.which(launcher[0]) is None:
+            return None, None, f"{launcher[0]} is not on PATH"
+        return "qemu-exec", list(launcher), None
     reasons = []
     if wanted in ("auto", "uprobe"):
         try:
@@ -153,7 +162,9 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
     """Every (quant, workload, threads) cell of one rung, under one instrumentation session."""
     raw = Path(raw_dir)
     raw.mkdir(parents=True, exist_ok=True)
-    arch = host_arch()
+    guest = rung.get("guest") or None
+    launcher = list(rung.get("launcher") or [])
+    arch = guest["arch"] if guest else host_arch()
     fset = load_families(arch, families_file)
     family_name = rung.get("family")
     if family_name and family_name not in fset.families:
@@ -165,7 +176,9 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
                            "build_key": rung["build_key"], "arch": arch, "families_file": fset.source,
                            "method": None, "method_note": None, "session": {}, "resolution": {},
                            "probes": [], "cells": []}
-    host_flags = host_cpu_flags()
+    host_flags = frozenset(guest["cpu_flags"]) if guest else host_cpu_flags()
+    if guest:
+        doc["ran_on"] = {**doc["ran_on"], "identity": None, "emulated": {"cpu": guest["cpu"]}}
     unmeasured = None
     probes: list[Probe] = []
     bin_dir = Path(build.get("bin_dir") or "")
@@ -173,19 +186,22 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
         unmeasured = f"build failed: {build.get('reason')}"
     else:
         try:
-            probes, resolution = plan_probes(fset, _library(bin_dir, fset))
+            probes, resolution = plan_probes(fset, _library(bin_dir, fset),
+                                             place=not launcher)
             doc["resolution"] = resolution
             doc["probes"] = [p.as_dict() for p in probes]
         except SymbolsError as exc:
             unmeasured = str(exc)
     method, handle, why = (None, None, None)
     if unmeasured is None:
-        method, handle, why = choose_method(settings.get("method", "auto"))
+        method, handle, why = choose_method(settings.get("method", "auto"), launcher)
         if method is None:
             unmeasured = f"no instrumentation method: {why}"
     doc["method"] = method
     doc["method_note"] = why
     timeout = float(settings.get("timeout_s", 600))
+    if guest:
+        timeout = max(timeout, float(guest.get("timeout_s", timeout)))
     cells_spec = [(q, w, spec, t) for q in quants for w, spec in settings["workloads"].items()
                   if spec for t in threads]
 
@@ -196,8 +212,8 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
     baselines: dict[tuple[str, str, int], Any] = {}
     if unmeasured is None:
         for quant, workload, spec, t in cells_spec:
-            argv = workload_argv(bin_dir, inputs[quant][0]["path"], spec, t,
-                                 rung.get("bench_argv") or [])
+            argv = launcher + workload_argv(bin_dir, inputs[quant][0]["path"], spec, t,
+                                            rung.get("bench_argv") or [])
             res = run(argv, env=dict(rung.get("env") or {}), timeout_s=timeout)
             atomic_write_text(raw / f"{quant}.{workload}.t{t}.plain.stderr", res.stderr)
             atomic_write_text(raw / f"{quant}.{workload}.t{t}.plain.json", res.stdout)
@@ -215,7 +231,17 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
                 host_flags=host_flags, base=baselines.get((quant, workload, t))))
             atomic_write_json(out_json + ".partial", doc)  # nothing measured is lost
 
-    if method == "uprobe":
+    if method == "qemu-exec":
+        from ladder.emulation import exec_segment_vaddr, guest_load_bias
+
+        tool = str(bin_dir / "llama-bench")
+        bias = guest_load_bias(handle, tool, str(raw))
+        qemu_session = {"load_bias": bias, "start_code": bias + exec_segment_vaddr(tool),
+                        "tool": tool, "crosscheck": bool(settings.get("crosscheck", True))}
+        doc["session"] = {"load_bias": hex(bias), "launcher": list(handle),
+                          "note": "QEMU -d exec,nochain with -dfilter on each probe's entry"}
+        measure_all(qemu_session)
+    elif method == "uprobe":
         from ladder.uprobes import UprobeSession
 
         with UprobeSession(probes, handle) as session:
@@ -247,7 +273,8 @@ def _cell(*, rung: Mapping[str, Any], quant: str, workload: str, spec: Mapping[s
     buffers = evidence.get("weight_buffers_mib") or {}
     needed = expected.host_flags if expected else ()
     cell["L1"] = {"host_flags": {f: f in host_flags for f in needed}}
-    advertised_variant = evidence.get("kleidiai_primary") if expected and expected.variants else None
+    advertised_variant = (advertised_kernel(evidence, quant)
+                          if expected and expected.variants else None)
     advertised = bool(expected) and (
         expected.buffer is None or buffers.get(expected.buffer, 0.0) > 0.0)
     cell["L2"] = {"evidence_status": evidence.get("status"), "weight_buffers_mib": buffers,
@@ -261,13 +288,43 @@ def _cell(*, rung: Mapping[str, Any], quant: str, workload: str, spec: Mapping[s
                                advertised=advertised, unmeasured=unmeasured))
         cell["L3"] = None
         return cell
-    argv = workload_argv(bin_dir, model["path"], spec, threads, rung.get("bench_argv") or [])
+    tool_argv = workload_argv(bin_dir, model["path"], spec, threads, rung.get("bench_argv") or [])
+    launcher = list(handle) if method == "qemu-exec" else []
+    argv = launcher + tool_argv
     env = dict(rung.get("env") or {})
     stem = raw / f"{quant}.{workload}.t{threads}"
     hits: dict[str, int] = {}
     crash: dict[str, Any] | None = None
     lldb_result: dict[str, Any] | None = None
-    if method == "uprobe":
+    guest_threads: dict[str, list[int]] = {}
+    crosscheck: dict[str, Any] | None = None
+    if method == "qemu-exec":
+        from ladder.emulation import count_entries, exec_log_argv, guest_crash, start_code
+
+        bias = int(session["load_bias"])
+        entries = {p.entry + bias: p.id for p in probes}
+        exec_log = f"{stem}.qemu-exec.log"
+        inst = run(exec_log_argv(launcher, entries, exec_log) + tool_argv, env=env,
+                   timeout_s=timeout)
+        try:
+            text = Path(exec_log).read_text(errors="replace")
+        except OSError:
+            text = ""
+        hits, guest_threads = count_entries(text, entries)
+        _compress(exec_log)
+        inst_wall, inst_fail = inst.wall_s, inst.failure()
+        logged = start_code(text)
+        if inst_fail is None and logged != session["start_code"]:
+            inst_fail = (f"qemu logged start_code {logged and hex(logged)}, expected "
+                         f"{session['start_code']:#x}: the probe addresses would be wrong")
+        atomic_write_text(f"{stem}.probed.stderr", inst.stderr)
+        atomic_write_text(f"{stem}.probed.json", inst.stdout)
+        if inst.signal_name:
+            crash = {"signal": inst.signal_name, "symbol": None, "method": "qemu",
+                     "note": guest_crash(inst.stderr)}
+        if session.get("crosscheck") and threads == 1 and inst_fail is None:
+            crosscheck = _crosscheck(launcher, tool_argv, probes, bias, hits, env, raw, timeout)
+    elif method == "uprobe":
         before = session.snapshot()
         inst = run(argv, env=env, timeout_s=timeout)
         hits = session.delta(before)
@@ -292,6 +349,10 @@ def _cell(*, rung: Mapping[str, Any], quant: str, workload: str, spec: Mapping[s
             crash = dict(lldb_result["crash"])
     if crash is None and base.signal_name:
         crash = {"signal": base.signal_name}
+        if launcher:
+            from ladder.emulation import guest_crash
+
+            crash.update(symbol=None, method="qemu", note=guest_crash(base.stderr))
     if crash is None and (base.failure() or inst_fail):
         cell.update(judge_cell(expected=expected, families=fset, resolution=resolution, totals={},
                                advertised=advertised,
@@ -299,15 +360,16 @@ def _cell(*, rung: Mapping[str, Any], quant: str, workload: str, spec: Mapping[s
         cell["L3"] = None
         cell["argv"] = argv
         return cell
-    if crash and not crash.get("symbol"):
+    if crash and not crash.get("symbol") and not launcher:
         diag = diagnose_crash(argv, env=env, timeout_s=timeout)
         crash.update({k: v for k, v in diag.items() if v is not None and k != "signal"})
     totals = family_totals(probe_dicts, hits)
     cell.update(judge_cell(expected=expected, families=fset, resolution=resolution, totals=totals,
                            advertised=advertised, advertised_variant=advertised_variant,
-                           crash=crash, exact=method in ("uprobe", "lldb")))
+                           crash=crash, exact=method in ("uprobe", "lldb", "qemu-exec")))
     cell["L3"] = {
-        "method": method, "exact_kinds": ["dispatch", "kernels"] if method == "uprobe" else
+        "method": method,
+        "exact_kinds": ["dispatch", "kernels"] if method in ("uprobe", "qemu-exec") else
         (["dispatch"] if method == "lldb" else []),
         "families": totals,
         "symbols": {p.symbol: hits[p.id] for p in probes if hits.get(p.id)},
@@ -316,6 +378,15 @@ def _cell(*, rung: Mapping[str, Any], quant: str, workload: str, spec: Mapping[s
         "lldb": {k: lldb_result.get(k) for k in ("lldb", "unresolved", "orphans_killed", "error")}
         if lldb_result else None,
     }
+    if method == "qemu-exec":
+        # which guest threads (QEMU vCPU indexes) entered each family: a thread cap shows here
+        fam_threads: dict[str, set[int]] = {}
+        for p in probes:
+            for cpu in guest_threads.get(p.id, []):
+                fam_threads.setdefault(p.family, set()).add(cpu)
+        cell["L3"]["guest_threads"] = {f: sorted(c) for f, c in sorted(fam_threads.items())}
+        cell["L3"]["qemu_exec_log"] = f"{stem}.qemu-exec.log.gz"
+        cell["L3"]["crosscheck"] = crosscheck
     cell["argv"] = argv
     cell["env"] = env
     cell["cost"] = {"uninstrumented_s": round(base.wall_s, 3), "instrumented_s": round(inst_wall, 3),
@@ -324,6 +395,47 @@ def _cell(*, rung: Mapping[str, Any], quant: str, workload: str, spec: Mapping[s
     log.info("%s %s %s t%d: %s (%s)", rung["name"], quant, workload, threads, cell["verdict"],
              cell["detail"])
     return cell
+
+
+def _crosscheck(launcher: Sequence[str], tool_argv: Sequence[str], probes: Sequence[Probe],
+                bias: int, hits: Mapping[str, int], env: Mapping[str, str], raw: Path,
+                timeout: float) -> dict[str, Any]:
+    """The dispatch-level counts again, through QEMU's gdbstub (one guest thread): the exec
+    log's counts are trusted only where the two independent methods agree."""
+    from ladder.emulation import gdbstub_counts
+
+    wanted = {p.entry + bias: p.id for p in probes if p.kind == "dispatch"}
+    gdb = gdbstub_counts(launcher, tool_argv, wanted, str(raw), env, timeout)
+    if "counts" not in gdb or gdb.get("error"):
+        return {**gdb, "agree": None}
+    mine = {pid: hits[pid] for pid in wanted.values() if hits.get(pid)}
+    names = {p.id: p.symbol for p in probes}
+    diff = {names[k]: {"qemu_exec": mine.get(k, 0), "gdbstub": gdb["counts"].get(k, 0)}
+            for k in set(mine) | set(gdb["counts"]) if mine.get(k, 0) != gdb["counts"].get(k, 0)}
+    return {**gdb, "agree": not diff, "disagree": diff,
+            "counts": {names[k]: v for k, v in gdb["counts"].items()}}
+
+
+def advertised_kernel(evidence: Mapping[str, Any], quant: str) -> str | None:
+    """The kernel variant KleidiAI's init line advertised for this quant ('primary q4 kernel
+    feature I8MM' -> Q4_0; q8 -> Q8_0); None for a quant it names no kernel for."""
+    primary = evidence.get("kleidiai_primary") or {}
+    if not isinstance(primary, Mapping):
+        return str(primary) or None
+    kind = {"q4_0": "q4", "q8_0": "q8", "f32": "f32"}.get(quant.lower())
+    return primary.get(kind) if kind else None
+
+
+def _compress(path: str) -> None:
+    """Keep a raw exec log, gzipped (it can reach tens of MB for a prefill sweep)."""
+    import gzip
+    import shutil as _sh
+
+    if not os.path.exists(path):
+        return
+    with open(path, "rb") as src, gzip.open(path + ".gz", "wb") as dst:
+        _sh.copyfileobj(src, dst)
+    os.remove(path)
 
 
 # --- the ledger -----------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ladder import parse
+from ladder.emulation import guest_crash
 from ladder.host import host_brief
 from ladder.io import atomic_write_json, atomic_write_text, read_json
 from ladder.recipes import Marker, host_cpu_flags
@@ -86,14 +87,32 @@ def analyse_log(log: str, markers: Sequence[Marker], crash: str | None) -> dict[
     }
 
 
+def ran_on(guest: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Where a run happened; an emulated run names its guest CPU and drops the x86 identity
+    (the emulated host's identity is its guest CPU's, from its facts)."""
+    brief = host_brief()
+    if guest:
+        brief = {**brief, "identity": None, "emulated": {"cpu": guest.get("cpu"),
+                                                          "arch": guest.get("arch")}}
+    return brief
+
+
 def collect(*, rung: Mapping[str, Any], markers: Sequence[Marker], provenance: str, model_meta: str,
             prompt: str, n_predict: int, threads: int, timeout_s: float, out_json: str,
             raw_log: str, env: Mapping[str, str], common_args: Sequence[str]) -> dict[str, Any]:
-    """One short verbose load + a few tokens with llama-completion; always writes ``out_json``."""
+    """One short verbose load + a few tokens with llama-completion; always writes ``out_json``.
+
+    On an emulated host the tool runs under the rung's ``launcher`` (qemu -cpu <model>), and the
+    guest CPU's flags stand in for /proc/cpuinfo (inside qemu-user that is the x86 host's)."""
     prov = read_json(provenance)
     model = read_json(model_meta)
+    launcher = list(rung.get("launcher") or [])
+    guest = rung.get("guest") or None
+    if guest:
+        timeout_s = max(timeout_s, float(guest.get("timeout_s", timeout_s)))
     record: dict[str, Any] = {
-        "format": FORMAT, "ran_on": host_brief(), "rung": rung["name"], "quant": model["quant"].lower(),
+        "format": FORMAT, "ran_on": ran_on(guest), "rung": rung["name"],
+        "quant": model["quant"].lower(),
         "build_key": prov.get("build_key"), "model_sha256": model["sha256"],
         "requantized": model.get("requantized", False), "runtime": dict(rung["runtime"]),
         "status": None, "reason": None,
@@ -103,7 +122,7 @@ def collect(*, rung: Mapping[str, Any], markers: Sequence[Marker], provenance: s
         atomic_write_text(raw_log, f"no run: build failed ({prov.get('reason')})\n")
         atomic_write_json(out_json, record)
         return record
-    argv = [str(Path(prov["bin_dir"]) / "llama-completion"), "-m", model["path"], "-p", prompt,
+    argv = [*launcher, str(Path(prov["bin_dir"]) / "llama-completion"), "-m", model["path"], "-p", prompt,
             "-n", str(n_predict), "-no-cnv", "--temp", "0", "-s", "1", "-c", "512",
             "-t", str(threads), "-lv", "5", "--no-warmup", *common_args]
     res = run(argv, env=env, timeout_s=timeout_s)
@@ -117,12 +136,19 @@ def collect(*, rung: Mapping[str, Any], markers: Sequence[Marker], provenance: s
     else:
         record["status"] = "crashed" if res.signal_name or res.timed_out else "failed"
         record["reason"] = crash
-        if res.signal_name:
+        if res.signal_name and launcher:
+            # gdb on qemu would debug the emulator; qemu names the guest's signal itself
+            record["crash"] = {"signal": res.signal_name, "symbol": None,
+                               "method": "qemu", "note": guest_crash(res.stderr)}
+            record["reason"] = (f"guest {res.signal_name} under qemu {' '.join(launcher[-2:])}: "
+                                f"{guest_crash(res.stderr) or 'no qemu signal line'}")
+        elif res.signal_name:
             record["crash"] = {"signal": res.signal_name,
                                **diagnose_crash(argv, env=env, timeout_s=timeout_s)}
             sym = record["crash"].get("symbol")
             record["reason"] = f"{res.signal_name}" + (f" in {sym}" if sym else "")
     record.update(analyse_log(res.stderr, markers, record.get("reason")))
-    record["features_vs_host"] = feature_vs_host(record["compiled_features"], host_cpu_flags())
+    flags = frozenset(guest["cpu_flags"]) if guest else host_cpu_flags()
+    record["features_vs_host"] = feature_vs_host(record["compiled_features"], flags)
     atomic_write_json(out_json, record)
     return record

@@ -150,7 +150,30 @@ def _host_entry(path: str, doc: Mapping[str, Any]) -> dict[str, Any]:
         "slurm_jobs": sorted({r["slurm_job_id"] for r in ran_on if r.get("slurm_job_id")},
                              key=lambda j: int(j) if str(j).isdigit() else 0),
         "price": (doc.get("cost") or {}).get("price"),
+        "emulated": doc.get("emulated"),
     }
+
+
+def evidence_only(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """An emulated host's rows: per rung and quant, where the weights went, what the init lines
+    said, which kernels the ledger saw execute, and the drift. Never a throughput."""
+    ledger = (doc.get("ledger") or {}).get("cells") or []
+    rows = []
+    for quant, by_rung in (doc.get("evidence") or {}).items():
+        for rung, ev in by_rung.items():
+            q = ((doc.get("quality") or {}).get(quant) or {}).get(rung) or {}
+            cells = [c for c in ledger if c.get("rung") == rung and c.get("quant") == quant]
+            rows.append({
+                "rung": rung, "quant": quant, "status": ev.get("status"),
+                "reason": ev.get("reason"),
+                "buffers": ev.get("weight_buffers_mib") or {},
+                "init_lines": [ln for ln in ev.get("vendor_lines") or []][:6],
+                "claims": [f"{c['mechanism']}: {c['verdict']}" for c in ev.get("claims") or []],
+                "dispatch": [f"{c['workload']} t{c['threads']}: {c['verdict']}" for c in cells],
+                "drift": (q.get("drift") or {}).get("text") if q else None,
+                "ppl": q.get("ppl"),
+            })
+    return rows
 
 
 def _gain(cell: Mapping[str, Any], rung: str) -> dict[str, Any] | None:
@@ -174,10 +197,16 @@ def build_fleet(reports: Sequence[str], stats_cfg: Mapping[str, Any] | None = No
         raise LadderError(f"fleet: two reports are for the same host ({names})")
     for name, why in (absent or {}).items():
         hosts.append({"name": name, "status": "missing", "reason": list(why)})
-    ref = names[0] if names else None
+    emulated = {h["name"] for h in hosts if h.get("emulated")}
+    # the reference is the first real host: an emulated one has no throughput
+    ref = next((n for n in names if n not in emulated), None)
 
     # (model, quant, workload) -> host -> the cell at that host's largest thread count
     by_key: dict[tuple[str, str, str], dict[str, tuple[Mapping[str, Any], Mapping[str, Any]]]] = {}
+    # real hosts first, in config order: a comparison's reference is its first present host
+    ordered = sorted(zip(docs, names), key=lambda dn: dn[1] in emulated)
+    names = [n for _, n in ordered]
+    docs = [d for d, _ in ordered]
     for (path, doc), name in zip(docs, names):
         best: dict[tuple[str, str, str], Mapping[str, Any]] = {}
         for cell in doc["cells"]:
@@ -280,6 +309,8 @@ def build_fleet(reports: Sequence[str], stats_cfg: Mapping[str, Any] | None = No
         "format": FORMAT,
         "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "hosts": hosts, "reference": ref, "comparisons": comparisons,
+        "evidence_only": [{"host": n, "emulated": doc.get("emulated"), "rows": evidence_only(doc)}
+                          for (_, doc), n in zip(docs, names) if n in emulated],
         "drift": {"pairs": sorted(aa_pairs), "floor": drift,
                   "definition": "largest |x-1| inside the CI of any rung's ratio between the "
                                 "reference and a host with its CPU identity (an A/A pair)"},

@@ -26,12 +26,20 @@ class Host:
     mem_mb: int | None = None
     slurm_extra: str = "--exclusive"
     instance: str | None = None
+    kind: str = "native"  # or emulated-aarch64: cross-built, run under qemu-user
+    cpu: str | None = None  # the QEMU CPU model of an emulated host
 
     @property
     def remote(self) -> bool:
         return self.executor == "slurm"
 
+    @property
+    def emulated(self) -> bool:
+        return self.kind != "native"
+
     def where(self) -> str:
+        if self.emulated:
+            return f"this machine, under QEMU -cpu {self.cpu} (evidence only)"
         if not self.remote:
             return "this machine"
         bits = [f"partition {self.partition}" if self.partition else "",
@@ -42,7 +50,8 @@ class Host:
         return {"name": self.name, "executor": self.executor, "arch": self.arch,
                 "partition": self.partition, "constraint": self.constraint, "cpus": self.cpus,
                 "mem_mb": self.mem_mb, "slurm_extra": self.slurm_extra,
-                "instance": self.instance, "where": self.where()}
+                "instance": self.instance, "kind": self.kind, "cpu": self.cpu,
+                "where": self.where()}
 
 
 def hosts_from_config(config: Mapping[str, Any], local_arch: str) -> list[Host]:
@@ -58,6 +67,25 @@ def hosts_from_config(config: Mapping[str, Any], local_arch: str) -> list[Host]:
         seen.add(name)
         executor = e.get("executor", "local")
         arch = e.get("arch", "auto")
+        kind = e.get("kind", "native")
+        if kind != "native":
+            if executor != "local" or e.get("partition") or e.get("constraint"):
+                raise LadderError(f"{where}: an {kind} host runs on this machine under QEMU "
+                                  "(executor local, no partition/constraint)")
+            if arch not in ("auto", "aarch64"):
+                raise LadderError(f"{where}.arch: an {kind} host is aarch64, not {arch}")
+            if not e.get("cpu"):
+                raise LadderError(f"{where}.cpu: an {kind} host needs a QEMU CPU model "
+                                  "(e.g. neoverse-n1 or max; see emulation.cpu_models)")
+            if e.get("instance"):
+                raise LadderError(f"{where}.instance: an emulated host has no price: it never "
+                                  "reports throughput")
+            hosts.append(Host(name=name, executor="local", arch="aarch64", kind=kind,
+                              cpu=str(e["cpu"])))
+            continue
+        if e.get("cpu"):
+            raise LadderError(f"{where}.cpu: only an emulated host (kind: emulated-aarch64) "
+                              "names a QEMU CPU model")
         if executor == "slurm":
             if not (e.get("partition") or e.get("constraint")):
                 raise LadderError(f"{where}: a slurm host needs a partition or a constraint "
@@ -80,7 +108,7 @@ def hosts_from_config(config: Mapping[str, Any], local_arch: str) -> list[Host]:
                           cpus=e.get("cpus"), mem_mb=e.get("mem_mb"),
                           slurm_extra=e.get("slurm_extra", "--exclusive"),
                           instance=e.get("instance")))
-    local = [h.name for h in hosts if not h.remote]
+    local = [h.name for h in hosts if not h.remote and not h.emulated]
     if len(local) > 1:
         raise LadderError(f"hosts: {', '.join(local)} are all local; one machine is one host")
     return hosts

@@ -250,12 +250,16 @@ class Probe:
         return dict(self.__dict__)
 
 
-def plan_probes(fset: FamilySet, lib: str | Path) -> tuple[list[Probe], dict[str, Any]]:
-    """Every family symbol of ``lib`` as a probe; and the per-family resolution summary."""
+def plan_probes(fset: FamilySet, lib: str | Path,
+                place: bool = True) -> tuple[list[Probe], dict[str, Any]]:
+    """Every family symbol of ``lib`` as a probe; and the per-family resolution summary.
+
+    ``place=False`` (a guest binary counted by QEMU's exec log): probes sit at the symbol's
+    entry address, which is where a call enters; no x86 disassembly, no file offsets."""
     lib = str(Path(lib).resolve())
     symbols, table = read_symbols(lib)
     matched = match_families(fset, symbols)
-    segments = load_segments(lib)
+    segments = load_segments(lib) if place else []
     probes: list[Probe] = []
     summary: dict[str, Any] = {"library": lib, "symbol_table": table, "symbols": len(symbols),
                                "families": {}}
@@ -267,8 +271,12 @@ def plan_probes(fset: FamilySet, lib: str | Path) -> tuple[list[Probe], dict[str
         }
         for kind in KINDS:
             for sym in kinds[kind]:
-                pl = place_probe(lib, sym.addr)
                 pid = f"p{len(probes)}"
+                if not place:
+                    probes.append(Probe(pid, fam, kind, sym.name, lib, sym.addr, sym.addr, None,
+                                        variant=variant_of(f, sym.name)))
+                    continue
+                pl = place_probe(lib, sym.addr)
                 if pl is None:
                     probes.append(Probe(pid, fam, kind, sym.name, lib, sym.addr, None, None,
                                         note="no non-VEX instruction before the first branch"))

@@ -13,7 +13,7 @@ from ladder.errors import LadderError
 from ladder.hosts import Host
 from ladder.io import canonical_hash
 from ladder.kernels import load_families
-from ladder import serving
+from ladder import emulation, serving
 from ladder.quality import check_settings
 from ladder.report import host_price
 from ladder.recipes import (
@@ -63,10 +63,21 @@ def check_dispatch(settings: Mapping[str, Any], rungs: list[Rung], arch: str) ->
                               f"(known: {', '.join(fset.families)})")
 
 
+def ladder_of(config: Mapping[str, Any], host: Host, arch: str) -> str:
+    """The ladder a host runs: emulation.ladder for an emulated host (the Arm ladder), else
+    'ladder' (auto: the one named after the host's arch)."""
+    if host.emulated:
+        name = str(emulation.settings_of(config).get("ladder", "aarch64"))
+        if name not in config["ladders"]:
+            raise LadderError(f"emulation.ladder: {name!r} is not a key of config.ladders "
+                              f"({sorted(config['ladders'])})")
+        return name
+    return select_ladder_name(config, arch)
+
+
 def check_config(config: Mapping[str, Any], hosts: list[Host]) -> None:
     """Start-up checks that need no host facts: every host's ladder, quants, quality, prices."""
-    for arch in sorted({h.arch for h in hosts}):
-        name = select_ladder_name(config, arch)
+    for name in sorted({ladder_of(config, h, h.arch) for h in hosts}):
         rungs = rungs_from_config(config, name)
         quantizer_recipe(config, name)
         dispatch = config.get("dispatch") or {}
@@ -101,6 +112,31 @@ def check_config(config: Mapping[str, Any], hosts: list[Host]) -> None:
     # an unknown instance fails now, not after the measurements
     for h in hosts:
         host_price(config.get("cost"), h.instance)
+    emulated = [h for h in hosts if h.emulated]
+    if emulated:
+        em = emulation.settings_of(config)
+        models = em.get("cpu_models") or {}
+        for h in emulated:
+            if h.cpu not in models:
+                raise LadderError(f"host {h.name}: cpu {h.cpu!r} is not in emulation.cpu_models "
+                                  f"(known: {', '.join(models) or 'none'}); add it with the "
+                                  "-march its rungs are built with")
+        if quality.get("enabled"):
+            try:
+                check_settings({**quality, **(em.get("quality") or {})})
+            except LadderError as exc:
+                raise LadderError(f"emulation.quality: {exc}") from exc
+        for wname, spec in ((em.get("dispatch") or {}).get("workloads") or {}).items():
+            if bool(spec.get("n_prompt")) == bool(spec.get("n_gen")):
+                raise LadderError(f"emulation.dispatch.workloads.{wname}: give n_prompt (a "
+                                  f"prefill phase) or n_gen (a decode phase), not both or "
+                                  f"neither: {dict(spec)}")
+        for q in em.get("quants") or []:
+            known = {q.lower() for m in config["models"].values()
+                     for q in [m["quant"], *m.get("derive", [])]}
+            if q.lower() not in known:
+                raise LadderError(f"emulation.quants: {q!r} is not produced by any model "
+                                  f"(known: {sorted(known)})")
 
 
 @dataclass
@@ -122,8 +158,14 @@ class Plan:
     @classmethod
     def from_config(cls, config: Mapping[str, Any], host: Host,
                     facts: Mapping[str, Any]) -> "Plan":
-        name = select_ladder_name(config, facts["arch"])
+        name = ladder_of(config, host, facts["arch"])
         rungs = rungs_from_config(config, name)
+        if host.emulated:
+            em = emulation.settings_of(config)
+            # no control twin: a noise floor is for throughput, never measured under emulation
+            rungs = emulation.emulated_rungs([r for r in rungs if not r.twin_of],
+                                             facts["emulated"]["march"],
+                                             em.get("targets") or ["llama-bench"])
         sid = source_id(config["source"])
         keys: dict[str, str] = {}
         recipes: dict[str, Recipe] = {}
@@ -185,7 +227,27 @@ class Plan:
             "mechanisms": r.mechanisms,
             "markers": [m.__dict__ for m in r.markers],
             "not_applicable": self.not_applicable.get(r.name),
+            **self.guest(),
         }
+
+    # --- the emulated lane ------------------------------------------------------------------
+    @property
+    def emulated(self) -> bool:
+        return self.host.emulated
+
+    @property
+    def emulation(self) -> Mapping[str, Any]:
+        return emulation.settings_of(self.config)
+
+    def guest(self) -> dict[str, Any]:
+        """How a rung's tools are started on this host: under qemu for an emulated host, and
+        the CPU flags (L1 evidence) of the guest CPU, not of the x86 machine carrying it."""
+        if not self.emulated:
+            return {}
+        return {"launcher": emulation.launcher(self.emulation, str(self.host.cpu)),
+                "guest": {"arch": "aarch64", "cpu": self.host.cpu,
+                          "cpu_flags": list(self.facts.get("cpu_flags") or []),
+                          "timeout_s": float(self.emulation.get("timeout_s", 1800))}}
 
     # --- models and cells -------------------------------------------------------------------
     def is_base_quant(self, model: str, quant: str) -> bool:
@@ -193,6 +255,8 @@ class Plan:
 
     def model_quants(self) -> list[tuple[str, str]]:
         wanted = self.config["measure"].get("quants")
+        if self.emulated and self.emulation.get("quants"):
+            wanted = self.emulation["quants"]
         wanted_l = {q.lower() for q in wanted} if wanted else None
         out = []
         for m, spec in self.config["models"].items():
@@ -205,6 +269,8 @@ class Plan:
         return resolve_threads(list(self.config["measure"]["threads"]), self.facts.get("cores"))
 
     def cells(self) -> list[tuple[str, str, str, int]]:
+        if self.emulated:
+            return []  # evidence only: emulated throughput is never measured
         workloads = [w for w, spec in self.config["measure"]["workloads"].items() if spec]
         return [(m, q, w, t) for m, q in self.model_quants() for w in workloads
                 for t in self.threads()]
@@ -238,7 +304,33 @@ class Plan:
         return [r.name for r in self.applicable if not r.twin_of]
 
     def dispatch_threads(self) -> list[int]:
-        return resolve_threads(list(self.config["dispatch"]["threads"]), self.facts.get("cores"))
+        threads = (self.emulation.get("dispatch") or {}).get("threads") if self.emulated else None
+        return resolve_threads(list(threads or self.config["dispatch"]["threads"]),
+                               self.facts.get("cores"))
+
+    def dispatch_settings(self) -> dict[str, Any]:
+        """The sweep's settings (the gate is the ledger's business: editing it reruns nothing)."""
+        out = {k: v for k, v in self.config["dispatch"].items() if k != "must_dispatch"}
+        if self.emulated:
+            em = self.emulation.get("dispatch") or {}
+            out.update(method="qemu-exec", timeout_s=float(self.emulation.get("timeout_s", 1800)),
+                       crosscheck=bool(em.get("crosscheck", True)))
+            if em.get("workloads"):
+                out["workloads"] = em["workloads"]
+        return out
+
+    def quality_settings(self) -> dict[str, Any]:
+        out = dict(self.config.get("quality") or {})
+        if self.emulated:
+            out.update(self.emulation.get("quality") or {})
+            out["timeout_s"] = max(float(out.get("timeout_s", 1200)),
+                                   float(self.emulation.get("timeout_s", 1800)))
+        return out
+
+    @property
+    def bandwidth_enabled(self) -> bool:
+        return not self.emulated and bool(
+            self.config["report"]["bandwidth_probe"]["enabled"])
 
     # --- serving levers ---------------------------------------------------------------------
     @property
@@ -246,11 +338,15 @@ class Plan:
         return self.config.get("serving") or {}
 
     def serving_model_quants(self) -> list[tuple[str, str]]:
+        if self.emulated:
+            return []
         q = str(self.serving.get("quant", "q4_0")).lower()
         return [(m, mq) for m, mq in self.model_quants() if mq == q]
 
     def serving_points(self) -> list[dict[str, Any]]:
         """llama-bench points of the serving experiments (the toggle only where its rung runs)."""
+        if self.emulated:
+            return []
         pts = serving.bench_points(self.serving, max(self.threads()))
         variant = serving.toggle_variant(self.serving, self.ladder_name)
         out = []
@@ -308,4 +404,5 @@ class Plan:
             "host": self.host.as_dict(),
             "serving_points": self.serving_points(),
             "cpu_identity": self.facts.get("identity"),
+            "emulated": self.facts.get("emulated") if self.emulated else None,
         }

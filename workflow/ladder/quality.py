@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ladder import parse
-from ladder.host import host_brief
+from ladder.evidence import ran_on
 from ladder.errors import LadderError
 from ladder.io import (
     atomic_write_bytes,
@@ -86,8 +86,8 @@ def logits_path(base_dir: str, floor_build_key: str, model_sha: str, corpus_sha:
 
 
 def perplexity_argv(bin_dir: str, model: str, corpus: str, settings: Mapping[str, Any],
-                    threads: int, extra: Sequence[str]) -> list[str]:
-    return [str(Path(bin_dir) / "llama-perplexity"), "-m", model, "-f", corpus,
+                    threads: int, extra: Sequence[str], launcher: Sequence[str] = ()) -> list[str]:
+    return [*launcher, str(Path(bin_dir) / "llama-perplexity"), "-m", model, "-f", corpus,
             "-c", str(settings["ctx"]), "--chunks", str(settings["chunks"]),
             "-b", str(settings["ctx"]), "-t", str(threads), *extra]
 
@@ -112,8 +112,9 @@ def _failure(res: RunResult, needs: str) -> str | None:
 
 
 def greedy_probe(bin_dir: str, model: str, probe: Mapping[str, Any], threads: int,
-                 env: Mapping[str, str], extra: Sequence[str], timeout_s: float) -> dict[str, Any]:
-    argv = [str(Path(bin_dir) / "llama-completion"), "-m", model, "-p", probe["prompt"],
+                 env: Mapping[str, str], extra: Sequence[str], timeout_s: float,
+                 launcher: Sequence[str] = ()) -> dict[str, Any]:
+    argv = [*launcher, str(Path(bin_dir) / "llama-completion"), "-m", model, "-p", probe["prompt"],
             "-n", str(probe["n_predict"]), "--temp", "0", "-s", str(probe.get("seed", 1)),
             "-no-cnv", "--no-display-prompt", "--no-warmup", "-c", "512", "-t", str(threads),
             *extra]
@@ -142,8 +143,8 @@ def measure(*, rung: Mapping[str, Any], is_reference: bool, provenance: str,
                          model["sha256"], corp["sha256"],
                          {k: settings[k] for k in ("ctx", "chunks")})
     rec: dict[str, Any] = {
-        "format": FORMAT, "ran_on": host_brief(), "rung": rung["name"], "quant": model["quant"].lower(),
-        "reference": is_reference, "build_key": prov.get("build_key"),
+        "format": FORMAT, "ran_on": ran_on(rung.get("guest")), "rung": rung["name"],
+        "quant": model["quant"].lower(), "reference": is_reference, "build_key": prov.get("build_key"),
         "model_sha256": model["sha256"], "corpus_sha256": corp["sha256"],
         "settings": dict(settings), "threads": threads, "status": None, "reason": None,
         "tokens_scored": scored_tokens(int(settings["ctx"]), int(settings["chunks"])),
@@ -160,13 +161,14 @@ def measure(*, rung: Mapping[str, Any], is_reference: bool, provenance: str,
         return done("build_failed", prov.get("reason"))
     env, extra = dict(rung["env"]), list(rung["common_argv"])
     timeout = float(settings["timeout_s"])
+    launcher = list(rung.get("launcher") or [])  # qemu -cpu <model> on an emulated host
 
     if is_reference or not os.path.exists(logits):
         if fprov.get("status") != "ok":
             return done("no_reference", f"the floor build failed ({fprov.get('reason')})")
         Path(logits).parent.mkdir(parents=True, exist_ok=True)
         argv = perplexity_argv(fprov["bin_dir"], model["path"], corpus, settings, threads,
-                               ["--kl-divergence-base", logits])
+                               ["--kl-divergence-base", logits], launcher)
         res = run(argv, env=env if is_reference else {}, timeout_s=timeout)
         log += [f"$ {' '.join(argv)}", res.stderr, res.stdout]
         failure = _failure(res, "ppl")
@@ -185,7 +187,7 @@ def measure(*, rung: Mapping[str, Any], is_reference: bool, provenance: str,
                             f"({rec['logits_sha256'][:12]} vs {want[:12]}): not deterministic")
     if not is_reference:
         argv = perplexity_argv(prov["bin_dir"], model["path"], corpus, settings, threads,
-                               ["--kl-divergence-base", logits, "--kl-divergence"])
+                               ["--kl-divergence-base", logits, "--kl-divergence"], launcher)
         res = run(argv, env=env, timeout_s=timeout)
         log += [f"$ {' '.join(argv)}", res.stderr, res.stdout]
         failure = _failure(res, "kld")
@@ -196,7 +198,7 @@ def measure(*, rung: Mapping[str, Any], is_reference: bool, provenance: str,
                    kld=st, kld_chunks=parse.kld_chunk_rows(res.stdout),
                    wall_s=round(res.wall_s, 2))
     probe = greedy_probe(prov["bin_dir"], model["path"], settings["probe"], threads, env, extra,
-                         timeout)
+                         timeout, launcher)
     log += [f"$ {' '.join(probe['argv'])}", probe["text"]]
     rec["probe"] = {"prompt": settings["probe"]["prompt"], "text": probe["text"],
                     "failure": probe["failure"]}

@@ -82,19 +82,24 @@ class Recipe:
     targets: tuple[str, ...]
     build_type: str
     cpu_cflags: tuple[str, ...] = ()
+    # a CMake toolchain file of workflow/cmake/ (cross builds: the emulated aarch64 lane)
+    toolchain: str | None = None
 
     @property
     def native(self) -> bool:
         return str(self.cmake.get("GGML_NATIVE", "")).upper() in {"ON", "1", "TRUE", "YES"}
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "cmake": dict(sorted(self.cmake.items())),
             "cflags": list(self.cflags),
             "cpu_cflags": list(self.cpu_cflags),
             "targets": sorted(self.targets),
             "build_type": self.build_type,
         }
+        if self.toolchain:  # only when set: native build keys stay what they were
+            out["toolchain"] = self.toolchain
+        return out
 
 
 @dataclass(frozen=True)
@@ -306,7 +311,7 @@ def build_key_material(recipe: Recipe, source_id: str,
     """
     compiler = facts["compiler"] if facts else compiler_identity()
     native = (facts["native_target"] if facts else native_target()) if recipe.native else None
-    return {
+    material = {
         "build_key_version": BUILD_KEY_VERSION,
         "source_id": source_id,
         "arch": facts["arch"] if facts else host_arch(),
@@ -315,6 +320,21 @@ def build_key_material(recipe: Recipe, source_id: str,
         "native_target": native,
         "cpu_flags_include": _cpu_flags_include() if recipe.cpu_cflags else None,
     }
+    if recipe.toolchain:
+        material["toolchain_file"] = {"name": recipe.toolchain,
+                                      "sha256": toolchain_file_hash(recipe.toolchain)}
+    return material
+
+
+def toolchain_file_path(name: str) -> Path:
+    path = GGML_CPU_FLAGS_CMAKE.parent / name
+    if not path.is_file():
+        raise LadderError(f"toolchain file {name!r} not found in {path.parent}")
+    return path
+
+
+def toolchain_file_hash(name: str) -> str:
+    return hashlib.sha256(toolchain_file_path(name).read_bytes()).hexdigest()[:16]
 
 
 def build_key(recipe: Recipe, source_id: str, facts: Mapping[str, Any] | None = None) -> str:

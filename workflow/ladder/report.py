@@ -237,6 +237,8 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
         "format": FORMAT,
         "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "ladder": plan["ladder"], "ladder_order": plan["ladder_order"],
+        # an emulated host's report is evidence only: no throughput (README "Emulated lane")
+        "emulated": plan.get("emulated"),
         "control": plan.get("control"), "twin": plan.get("twin"),
         "provenance": {
             "source": {k: src.get(k) for k in ("identity", "source_id", "upstream_commit",

@@ -27,9 +27,10 @@ rule build:
         material=lambda wc: host_plan(build_host(wc.build_key)).material(wc.build_key),
         generator=config["build"]["generator"],
         jobs=config["build"]["jobs"],
-        # one compiler cache per CPU identity: -march=native objects never cross CPUs
+        # one compiler cache per CPU identity: -march=native objects never cross CPUs (cross
+        # builds name their -march, so the emulated hosts share one)
         ccache_dir=lambda wc: (
-            f"{R}/ccache/{host_plan(build_host(wc.build_key)).facts['identity']}"
+            f"{R}/ccache/{build_ccache_scope(wc.build_key)}"
             if config["build"]["ccache"]
             else None
         ),

@@ -12,8 +12,13 @@ from ladder.recipes import host_arch
 HOSTS = {h.name: h for h in hosts_from_config(config, host_arch())}
 check_config(config, list(HOSTS.values()))
 R = str(config.get("resources_dir", "resources"))
-# models are arch-independent files: quantized once, by the first host's quantizer build
-QUANTIZE_HOST = next(iter(HOSTS))
+# models are arch-independent files: quantized once, by the first real host's quantizer build
+QUANTIZE_HOST = next((n for n, h in HOSTS.items() if not h.emulated), None)
+if QUANTIZE_HOST is None:
+    raise LadderError(
+        "hosts: every host is emulated; list this machine too ({name: local}): its "
+        "quantizer build makes the models the emulated hosts load"
+    )
 H = "results/hosts/{host}"
 
 
@@ -60,6 +65,25 @@ def build_host(key):
         if key in host_plan(name).recipes_by_key:
             return name
     raise LadderError(f"build key {key} belongs to no host's plan (stale target?)")
+
+
+def emulation_facts_settings(wildcards):
+    """What an emulated host's facts depend on (not its workloads: editing those reruns no
+    facts); None for a real host."""
+    h = host(wildcards.host)
+    if not h.emulated:
+        return None
+    em = config["emulation"]
+    return {
+        "qemu": em["qemu"],
+        "sysroot": em["sysroot"],
+        "cpu_models": {h.cpu: em["cpu_models"][h.cpu]},
+    }
+
+
+def build_ccache_scope(key):
+    facts = host_plan(build_host(key)).facts
+    return facts.get("ccache_scope") or facts["identity"]
 
 
 def builder_known(wildcards):
@@ -175,11 +199,7 @@ def report_inputs(wildcards):
             for m, q in plan.model_quants()
             for r in plan.quality_rungs()
         ],
-        "bandwidth": (
-            [f"{h}/bandwidth.json"]
-            if config["report"]["bandwidth_probe"]["enabled"]
-            else []
-        ),
+        "bandwidth": [f"{h}/bandwidth.json"] if plan.bandwidth_enabled else [],
         "ledger": [f"{h}/dispatch/ledger.json"] if plan.dispatch_enabled else [],
         "gate": (
             [f"{h}/dispatch/gate.ok"]
@@ -267,6 +287,14 @@ def dispatch_rung(wildcards):
 
 def dispatch_threads(wildcards):
     return host_plan(wildcards.host).dispatch_threads()
+
+
+def dispatch_settings(wildcards):
+    return host_plan(wildcards.host).dispatch_settings()
+
+
+def quality_settings(wildcards):
+    return host_plan(wildcards.host).quality_settings()
 
 
 def ledger_inputs(wildcards):

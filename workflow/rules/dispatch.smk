@@ -18,11 +18,16 @@ rule dispatch:
     params:
         rung=dispatch_rung,
         quants=dispatch_quants,
-        # the gate (must_dispatch) is the ledger's business: editing it reruns no sweep
-        settings={k: v for k, v in config["dispatch"].items() if k != "must_dispatch"},
+        settings=dispatch_settings,
         threads=dispatch_threads,
         code=code_hash(
-            "dispatch", "kernels", "uprobes", "debugger", "lldb_driver", "run"
+            "dispatch",
+            "kernels",
+            "uprobes",
+            "debugger",
+            "lldb_driver",
+            "run",
+            "emulation",
         ),
     script:
         "../../scripts/dispatch.py"

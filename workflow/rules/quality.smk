@@ -32,7 +32,7 @@ rule quality:
     params:
         rung=rung_summary,
         reference=is_reference,
-        settings=config["quality"],
+        settings=quality_settings,
         threads=measure_threads,
         logits_dir=f"{H}/quality/logits",
         code=code_hash("quality", "parse", "run"),

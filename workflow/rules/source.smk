@@ -27,7 +27,13 @@ checkpoint host_facts:
         constraint=host_constraint,
         runtime=10,
     params:
-        code=code_hash("host", "hosts"),
+        # an emulated host's facts come from the guest CPU (a HWCAP probe under qemu)
+        emulated=lambda wc: host(wc.host).cpu if host(wc.host).emulated else None,
+        emulation=emulation_facts_settings,
+        probe_dir=f"{R}/emulation",
+        code=lambda wc: code_hash(
+            "host", "hosts", *(["emulation"] if host(wc.host).emulated else [])
+        ),
     script:
         "../../scripts/host_facts.py"
 
