@@ -123,6 +123,10 @@ def test_ledger_counts_guest_kernels(run_dir):
             x = c["L3"]["crosscheck"]
             assert x["agree"] is True, x
             assert x["exited_normally"] and x["counts"]
+    xc = ledger["crosscheck"]
+    assert xc["cells"] == 4 and len(xc["agree"]) == 4 and not xc["disagree"]
+    md = (run_dir / EMU / "report" / "ladder.md").read_text()
+    assert "Cross-check (gdbstub" in md and "4 of 4 agree" in md
     # one step per thread: dispatch counts per thread agree across thread counts
     d1 = cells[("native_repack", "decode_short", 1)]["L3"]["families"]["repack"]["dispatch"]
     d2 = cells[("native_repack", "decode_short", 2)]["L3"]["families"]["repack"]["dispatch"]

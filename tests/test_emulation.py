@@ -185,3 +185,11 @@ def test_advertised_kernel_per_quant_from_real_kleidiai_log(fixture_text) -> Non
     assert advertised_kernel(ev, "q8_0") == "SME"
     assert advertised_kernel(ev, "q4_k_m") is None
     assert "SME thread cap=1" in " ".join(parse.vendor_lines(log))
+
+
+def test_translation_log_gives_kernel_presence() -> None:
+    text = (FIX / "repack-max-q4_0-decode-t2.in_asm.log").read_text()
+    entries = {0x5500520110: "gemv_q4_0", 0x5500522A64: "gemv_q8_0", 0x5500523CB0: "gemm_q4_0"}
+    assert emulation.count_translations(text, entries) == {"gemv_q4_0": 1, "gemv_q8_0": 1}
+    argv = emulation.translation_log_argv(["qemu"], [0x5500522A64], "/tmp/a.log")
+    assert argv[1:3] == ["-d", "in_asm"] and argv[4] == "0x5500522a64+4"

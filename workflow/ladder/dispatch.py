@@ -208,15 +208,49 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
     inputs = {q: (read_json(m["model"]), read_json(m["evidence"]) if m.get("evidence") else {})
               for q, m in quants.items()}
 
+    qemu_session: dict[str, Any] = {}
+    if method == "qemu-exec":
+        from ladder.emulation import exec_segment_vaddr, guest_load_bias
+
+        tool = str(bin_dir / "llama-bench")
+        bias = guest_load_bias(handle, tool, str(raw))
+        qemu_session = {"load_bias": bias, "start_code": bias + exec_segment_vaddr(tool),
+                        "tool": tool, "crosscheck": bool(settings.get("crosscheck", True)),
+                        "kernels": {}}
+        doc["session"] = {
+            "load_bias": hex(bias), "launcher": list(handle),
+            "note": "dispatch-level symbols: QEMU -d exec,nochain -dfilter on their entries "
+                    "(exact calls per guest thread); kernels: -d in_asm -dfilter on their "
+                    "entries in the plain run (translated = entered: presence only)"}
+
     # Uninstrumented runs first: registered uprobes fire in every process mapping the library.
+    # Under qemu the plain run also logs which kernel entries QEMU translated (translation-time
+    # logging: no measurable cost, unlike exec logging, whose cost grows with the ranges).
     baselines: dict[tuple[str, str, int], Any] = {}
     if unmeasured is None:
         for quant, workload, spec, t in cells_spec:
-            argv = launcher + workload_argv(bin_dir, inputs[quant][0]["path"], spec, t,
-                                            rung.get("bench_argv") or [])
-            res = run(argv, env=dict(rung.get("env") or {}), timeout_s=timeout)
-            atomic_write_text(raw / f"{quant}.{workload}.t{t}.plain.stderr", res.stderr)
-            atomic_write_text(raw / f"{quant}.{workload}.t{t}.plain.json", res.stdout)
+            tool_argv = workload_argv(bin_dir, inputs[quant][0]["path"], spec, t,
+                                      rung.get("bench_argv") or [])
+            stem = raw / f"{quant}.{workload}.t{t}"
+            if qemu_session:
+                from ladder.emulation import count_translations, translation_log_argv
+
+                kern = {p.entry + qemu_session["load_bias"]: p.id for p in probes
+                        if p.kind == "kernels"}
+                asm_log = f"{stem}.qemu-in_asm.log"
+                res = run(translation_log_argv(launcher, kern, asm_log) + tool_argv,
+                          env=dict(rung.get("env") or {}), timeout_s=timeout)
+                try:
+                    text = Path(asm_log).read_text(errors="replace")
+                except OSError:
+                    text = ""
+                qemu_session["kernels"][(quant, workload, t)] = count_translations(text, kern)
+                _compress(asm_log)
+            else:
+                res = run(launcher + tool_argv, env=dict(rung.get("env") or {}),
+                          timeout_s=timeout)
+            atomic_write_text(f"{stem}.plain.stderr", res.stderr)
+            atomic_write_text(f"{stem}.plain.json", res.stdout)
             baselines[(quant, workload, t)] = res
 
     def measure_all(session: Any) -> None:
@@ -232,14 +266,6 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
             atomic_write_json(out_json + ".partial", doc)  # nothing measured is lost
 
     if method == "qemu-exec":
-        from ladder.emulation import exec_segment_vaddr, guest_load_bias
-
-        tool = str(bin_dir / "llama-bench")
-        bias = guest_load_bias(handle, tool, str(raw))
-        qemu_session = {"load_bias": bias, "start_code": bias + exec_segment_vaddr(tool),
-                        "tool": tool, "crosscheck": bool(settings.get("crosscheck", True))}
-        doc["session"] = {"load_bias": hex(bias), "launcher": list(handle),
-                          "note": "QEMU -d exec,nochain with -dfilter on each probe's entry"}
         measure_all(qemu_session)
     elif method == "uprobe":
         from ladder.uprobes import UprobeSession
@@ -302,7 +328,7 @@ def _cell(*, rung: Mapping[str, Any], quant: str, workload: str, spec: Mapping[s
         from ladder.emulation import count_entries, exec_log_argv, guest_crash, start_code
 
         bias = int(session["load_bias"])
-        entries = {p.entry + bias: p.id for p in probes}
+        entries = {p.entry + bias: p.id for p in probes if p.kind == "dispatch"}
         exec_log = f"{stem}.qemu-exec.log"
         inst = run(exec_log_argv(launcher, entries, exec_log) + tool_argv, env=env,
                    timeout_s=timeout)
@@ -311,6 +337,7 @@ def _cell(*, rung: Mapping[str, Any], quant: str, workload: str, spec: Mapping[s
         except OSError:
             text = ""
         hits, guest_threads = count_entries(text, entries)
+        hits.update(session["kernels"].get((quant, workload, threads)) or {})
         _compress(exec_log)
         inst_wall, inst_fail = inst.wall_s, inst.failure()
         logged = start_code(text)
@@ -369,8 +396,8 @@ def _cell(*, rung: Mapping[str, Any], quant: str, workload: str, spec: Mapping[s
                            crash=crash, exact=method in ("uprobe", "lldb", "qemu-exec")))
     cell["L3"] = {
         "method": method,
-        "exact_kinds": ["dispatch", "kernels"] if method in ("uprobe", "qemu-exec") else
-        (["dispatch"] if method == "lldb" else []),
+        "exact_kinds": ["dispatch", "kernels"] if method == "uprobe" else
+        (["dispatch"] if method in ("lldb", "qemu-exec") else []),
         "families": totals,
         "symbols": {p.symbol: hits[p.id] for p in probes if hits.get(p.id)},
         "unprobed": [{"symbol": p.symbol, "why": p.note} for p in probes if p.addr is None],
@@ -386,6 +413,7 @@ def _cell(*, rung: Mapping[str, Any], quant: str, workload: str, spec: Mapping[s
                 fam_threads.setdefault(p.family, set()).add(cpu)
         cell["L3"]["guest_threads"] = {f: sorted(c) for f, c in sorted(fam_threads.items())}
         cell["L3"]["qemu_exec_log"] = f"{stem}.qemu-exec.log.gz"
+        cell["L3"]["qemu_in_asm_log"] = f"{stem}.qemu-in_asm.log.gz"
         cell["L3"]["crosscheck"] = crosscheck
     cell["argv"] = argv
     cell["env"] = env
@@ -464,9 +492,25 @@ def build_ledger(*, rung_files: Sequence[str], host: str, out_json: str,
                  "session_overhead_s": round(overhead, 2),
                  "ledger_ratio": round((inst + overhead) / plain, 3) if plain else None},
         "gate": gate(cells, must_dispatch),
+        "crosscheck": crosscheck_summary(cells),
     }
     atomic_write_json(out_json, ledger)
     return ledger
+
+
+def crosscheck_summary(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """How many cells a second method (QEMU's gdbstub) counted again, and whether they agree."""
+    checks = [(c, (c.get("L3") or {}).get("crosscheck")) for c in cells]
+    checks = [(c, x) for c, x in checks if x]
+    if not checks:
+        return None
+    name = lambda c: f"{c['rung']}/{c['quant']}/{c['workload']}/t{c['threads']}"  # noqa: E731
+    return {"method": checks[0][1].get("method"), "cells": len(checks),
+            "agree": [name(c) for c, x in checks if x.get("agree") is True],
+            "disagree": [{"cell": name(c), "diff": x.get("disagree")} for c, x in checks
+                         if x.get("agree") is False],
+            "not_checked": [{"cell": name(c), "why": x.get("error") or x.get("skipped")}
+                            for c, x in checks if x.get("agree") is None]}
 
 
 def _selected(cell: Mapping[str, Any], sel: Mapping[str, Any]) -> bool:

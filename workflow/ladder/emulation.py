@@ -11,8 +11,10 @@ throughput says nothing about any real CPU and is never reported as a measuremen
 - "native" means nothing when cross-compiling: a native rung becomes ``GGML_NATIVE=OFF`` with an
   explicit ``GGML_CPU_ARM_ARCH`` (the CPU model's ``march`` in ``emulation.cpu_models``).
 - Dispatch: uprobes cannot see guest code. QEMU's own execution log (``-d exec,nochain`` with
-  ``-dfilter`` on the entry address of every family symbol) names each translated block QEMU
-  enters, per vCPU, so entries at a symbol's address are its calls, on every guest thread.
+  ``-dfilter`` on the entry address of every dispatch-level symbol) names each translated block
+  QEMU enters, per vCPU, so entries at a symbol's address are its calls, on every guest thread.
+  Kernels (many more symbols: exec logging costs grow with the filter's ranges, 3x with 19 and
+  9x with 85 here) are seen as translations (``-d in_asm``): presence, at no measurable cost.
 """
 
 from __future__ import annotations
@@ -171,7 +173,12 @@ def emulated_facts(*, host_name: str, model: str, settings: Mapping[str, Any],
     compiler = cross_compiler_identity()
     guest = probe_guest(qemu, model, build_probe(probe_dir))
     march = str(models[model]["march"])
+    from ladder.host import host_facts
+
+    carrier = host_facts(host_name)  # memory, kernel, THP, OS: the machine qemu runs on
     facts: dict[str, Any] = {
+        **{k: carrier.get(k) for k in ("mem_total_kib", "kernel", "os", "thp", "python")},
+        "lscpu": {},  # the x86 carrier's lscpu is under emulated.carrier
         "host": host_name,
         "hostname": socket.gethostname(),
         "arch": "aarch64",
@@ -188,7 +195,8 @@ def emulated_facts(*, host_name: str, model: str, settings: Mapping[str, Any],
             "sysroot": str(settings.get("sysroot", "/usr/aarch64-linux-gnu")),
             "hwcap": guest["hwcap"], "hwcap2": guest["hwcap2"],
             "sve_vl_bytes": guest.get("sve_vl"), "sme_vl_bytes": guest.get("sme_vl"),
-            "carrier": {"arch": host_arch(), "cpu_model": host_cpu_model()},
+            "carrier": {"arch": host_arch(), "cpu_model": host_cpu_model(),
+                        "cpu_flags": carrier.get("cpu_flags"), "lscpu": carrier.get("lscpu")},
         },
         "ccache_scope": "cross-" + CROSS_PREFIX.rstrip("-"),
         "scheduler_job": None,
@@ -287,6 +295,28 @@ def count_entries(log_text: str, entries: Mapping[int, str]) -> tuple[dict[str, 
             hits[pid] += 1
             cpus.setdefault(pid, set()).add(int(m.group("cpu")))
     return dict(hits), {k: sorted(v) for k, v in cpus.items()}
+
+
+IN_ASM = re.compile(r"^IN:[^\n]*\n0x(?P<pc>[0-9a-f]+):", re.M)
+
+
+def translation_log_argv(prefix: Sequence[str], entries: Iterable[int],
+                         log_path: str) -> list[str]:
+    """qemu options that log each translated block starting at one of ``entries``: QEMU
+    translates a block when execution first reaches it, so a logged entry ran at least once.
+    The filter is checked per translation, not per execution: no measurable cost."""
+    ranges = ",".join(f"{a:#x}+4" for a in sorted(set(entries)))
+    return [*prefix, "-d", "in_asm", "-dfilter", ranges, "-D", log_path]
+
+
+def count_translations(log_text: str, entries: Mapping[int, str]) -> dict[str, int]:
+    """Probe id -> 1 for every entry QEMU translated (presence, not a count of calls)."""
+    out: dict[str, int] = {}
+    for m in IN_ASM.finditer(log_text):
+        pid = entries.get(int(m.group("pc"), 16))
+        if pid is not None:
+            out[pid] = 1
+    return out
 
 
 QEMU_SIGNAL = re.compile(r"qemu: uncaught target signal (?P<num>\d+) \((?P<name>[^)]*)\)")
