@@ -10,13 +10,14 @@ import json
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
 import yaml
+from workflow_runner import make_workdir, run_snakemake
 
 ROOT = Path(__file__).resolve().parents[1]
 E2E_CONFIG = ROOT / "tests" / "configs" / "e2e.yaml"
@@ -28,22 +29,13 @@ pytestmark = [
 ]
 
 
-def snakemake(workdir: Path, *args: str, config: Path = E2E_CONFIG,
-              timeout: int = 3600) -> subprocess.CompletedProcess[str]:
-    resources = os.environ.get("LADDER_TEST_RESOURCES", str(ROOT / "resources"))
-    argv = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir),
-            "--configfile", str(config), "--config", f"resources_dir={resources}",
-            "--cores", "all", *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=workdir)
+snakemake = partial(run_snakemake, config=E2E_CONFIG)
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     # LADDER_E2E_WORKDIR reuses an earlier e2e work dir (development: only what changed reruns)
-    reuse = os.environ.get("LADDER_E2E_WORKDIR")
-    work = Path(reuse) if reuse else tmp_path_factory.mktemp("e2e")
-    (work / "config").mkdir(exist_ok=True)
-    shutil.copy(ROOT / "config" / "config.yaml", work / "config" / "config.yaml")
+    work = make_workdir(tmp_path_factory, "LADDER_E2E_WORKDIR", "e2e")
     res = snakemake(work)
     if res.returncode != 0:
         pytest.fail(f"workflow failed:\n{res.stderr[-6000:]}")

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
 import yaml
+from workflow_runner import make_workdir, run_snakemake
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "tests" / "configs" / "emulated.yaml"
@@ -31,22 +31,12 @@ pytestmark = [
 TARGETS = [f"{EMU}/report/ladder.md", f"{EMU}/report/ladder.html"]
 
 
-def snakemake(workdir: Path, *args: str, config: Path = CONFIG,
-              timeout: int = 3600) -> subprocess.CompletedProcess[str]:
-    resources = os.environ.get("LADDER_TEST_RESOURCES", str(ROOT / "resources"))
-    argv = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir),
-            "--configfile", str(config), "--config", f"resources_dir={resources}",
-            "--cores", "all", *args]
-    return subprocess.run(["timeout", "-k", "30", str(timeout), *argv], capture_output=True,
-                          text=True, cwd=workdir)
+snakemake = partial(run_snakemake, config=CONFIG)
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    reuse = os.environ.get("LADDER_EMULATED_WORKDIR")
-    work = Path(reuse) if reuse else tmp_path_factory.mktemp("emulated")
-    (work / "config").mkdir(exist_ok=True)
-    shutil.copy(ROOT / "config" / "config.yaml", work / "config" / "config.yaml")
+    work = make_workdir(tmp_path_factory, "LADDER_EMULATED_WORKDIR", "emulated")
     res = snakemake(work, *TARGETS)
     if res.returncode != 0:
         pytest.fail(f"emulated lane failed:\n{res.stderr[-6000:]}")

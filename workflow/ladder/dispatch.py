@@ -172,13 +172,11 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
                           f"{arch} in {fset.source} (has {sorted(fset.families)})")
     expected = fset.families.get(family_name) if family_name else None
     build = read_json(provenance)
-    doc: dict[str, Any] = {"format": FORMAT, "ran_on": host_brief(), "rung": rung["name"], "family": family_name,
+    doc: dict[str, Any] = {"format": FORMAT, "ran_on": host_brief(guest), "rung": rung["name"], "family": family_name,
                            "build_key": rung["build_key"], "arch": arch, "families_file": fset.source,
                            "method": None, "method_note": None, "session": {}, "resolution": {},
                            "probes": [], "cells": []}
     host_flags = frozenset(guest["cpu_flags"]) if guest else host_cpu_flags()
-    if guest:
-        doc["ran_on"] = {**doc["ran_on"], "identity": None, "emulated": {"cpu": guest["cpu"]}}
     unmeasured = None
     probes: list[Probe] = []
     bin_dir = Path(build.get("bin_dir") or "")
@@ -199,9 +197,7 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
             unmeasured = f"no instrumentation method: {why}"
     doc["method"] = method
     doc["method_note"] = why
-    timeout = float(settings.get("timeout_s", 600))
-    if guest:
-        timeout = max(timeout, float(guest.get("timeout_s", timeout)))
+    timeout = float(settings.get("timeout_s", 600))  # an emulated host's: its plan sets it
     cells_spec = [(q, w, spec, t) for q in quants for w, spec in settings["workloads"].items()
                   if spec for t in threads]
 
@@ -216,6 +212,8 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
         bias = guest_load_bias(handle, tool, str(raw))
         qemu_session = {"load_bias": bias, "start_code": bias + exec_segment_vaddr(tool),
                         "tool": tool, "crosscheck": bool(settings.get("crosscheck", True)),
+                        "kernel_entries": {p.entry + bias: p.id for p in probes
+                                           if p.kind == "kernels"},
                         "kernels": {}}
         doc["session"] = {
             "load_bias": hex(bias), "launcher": list(handle),
@@ -235,17 +233,12 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
             if qemu_session:
                 from ladder.emulation import count_translations, translation_log_argv
 
-                kern = {p.entry + qemu_session["load_bias"]: p.id for p in probes
-                        if p.kind == "kernels"}
+                kern = qemu_session["kernel_entries"]
                 asm_log = f"{stem}.qemu-in_asm.log"
                 res = run(translation_log_argv(launcher, kern, asm_log) + tool_argv,
                           env=dict(rung.get("env") or {}), timeout_s=timeout)
-                try:
-                    text = Path(asm_log).read_text(errors="replace")
-                except OSError:
-                    text = ""
-                qemu_session["kernels"][(quant, workload, t)] = count_translations(text, kern)
-                _compress(asm_log)
+                qemu_session["kernels"][(quant, workload, t)] = count_translations(
+                    _read_and_compress(asm_log), kern)
             else:
                 res = run(launcher + tool_argv, env=dict(rung.get("env") or {}),
                           timeout_s=timeout)
@@ -332,13 +325,9 @@ def _cell(*, rung: Mapping[str, Any], quant: str, workload: str, spec: Mapping[s
         exec_log = f"{stem}.qemu-exec.log"
         inst = run(exec_log_argv(launcher, entries, exec_log) + tool_argv, env=env,
                    timeout_s=timeout)
-        try:
-            text = Path(exec_log).read_text(errors="replace")
-        except OSError:
-            text = ""
+        text = _read_and_compress(exec_log)
         hits, guest_threads = count_entries(text, entries)
         hits.update(session["kernels"].get((quant, workload, threads)) or {})
-        _compress(exec_log)
         inst_wall, inst_fail = inst.wall_s, inst.failure()
         logged = start_code(text)
         if inst_fail is None and logged != session["start_code"]:
@@ -454,16 +443,18 @@ def advertised_kernel(evidence: Mapping[str, Any], quant: str) -> str | None:
     return primary.get(kind) if kind else None
 
 
-def _compress(path: str) -> None:
-    """Keep a raw exec log, gzipped (it can reach tens of MB for a prefill sweep)."""
+def _read_and_compress(path: str) -> str:
+    """A QEMU log's text; the raw log is kept, gzipped beside it ("" if qemu wrote none)."""
     import gzip
-    import shutil as _sh
 
-    if not os.path.exists(path):
-        return
-    with open(path, "rb") as src, gzip.open(path + ".gz", "wb") as dst:
-        _sh.copyfileobj(src, dst)
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return ""
+    with gzip.open(path + ".gz", "wb") as dst:
+        dst.write(data)
     os.remove(path)
+    return data.decode(errors="replace")
 
 
 # --- the ledger -----------------------------------------------------------------------------

@@ -158,11 +158,8 @@ def probe_guest(qemu: str, model: str, probe: Path, timeout_s: float = 60) -> di
 def emulated_facts(*, host_name: str, model: str, settings: Mapping[str, Any],
                    probe_dir: str) -> dict[str, Any]:
     """Facts of an emulated host: the guest CPU's features; the x86 machine only as 'carrier'."""
-    import socket
-
-    from ladder.host import cpu_model as host_cpu_model
+    from ladder.host import host_facts
     from ladder.hosts import cpu_identity
-    from ladder.recipes import host_arch
 
     qemu = qemu_path(settings)
     models = settings.get("cpu_models") or {}
@@ -173,17 +170,13 @@ def emulated_facts(*, host_name: str, model: str, settings: Mapping[str, Any],
     compiler = cross_compiler_identity()
     guest = probe_guest(qemu, model, build_probe(probe_dir))
     march = str(models[model]["march"])
-    from ladder.host import host_facts
-
     carrier = host_facts(host_name)  # memory, kernel, THP, OS: the machine qemu runs on
     facts: dict[str, Any] = {
-        **{k: carrier.get(k) for k in ("mem_total_kib", "kernel", "os", "thp", "python")},
+        **{k: carrier.get(k) for k in ("host", "hostname", "cores", "mem_total_kib", "kernel",
+                                       "os", "thp", "python", "scheduler_job")},
         "lscpu": {},  # the x86 carrier's lscpu is under emulated.carrier
-        "host": host_name,
-        "hostname": socket.gethostname(),
         "arch": "aarch64",
         "cpu_model": f"QEMU -cpu {model} (emulated)",
-        "cores": os.cpu_count(),
         "cpu_flags": guest["features"],
         "compiler": compiler,
         # not what -mcpu=native expands to: cross builds name the target explicitly
@@ -195,11 +188,9 @@ def emulated_facts(*, host_name: str, model: str, settings: Mapping[str, Any],
             "sysroot": str(settings.get("sysroot", "/usr/aarch64-linux-gnu")),
             "hwcap": guest["hwcap"], "hwcap2": guest["hwcap2"],
             "sve_vl_bytes": guest.get("sve_vl"), "sme_vl_bytes": guest.get("sme_vl"),
-            "carrier": {"arch": host_arch(), "cpu_model": host_cpu_model(),
-                        "cpu_flags": carrier.get("cpu_flags"), "lscpu": carrier.get("lscpu")},
+            "carrier": {k: carrier.get(k) for k in ("arch", "cpu_model", "cpu_flags", "lscpu")},
         },
         "ccache_scope": "cross-" + CROSS_PREFIX.rstrip("-"),
-        "scheduler_job": None,
     }
     facts["identity"] = cpu_identity(facts)
     return facts
@@ -229,12 +220,6 @@ def emulated_rungs(rungs: Iterable[Any], march: str, targets: Sequence[str]) -> 
     return out
 
 
-def toolchain_hash() -> str:
-    import hashlib
-
-    return hashlib.sha256(TOOLCHAIN_FILE.read_bytes()).hexdigest()[:16]
-
-
 # --- dispatch: QEMU's execution log -------------------------------------------------------
 TRACE = re.compile(r"^Trace (?P<cpu>\d+): 0x[0-9a-f]+ \[[0-9a-f]+/(?P<pc>[0-9a-f]+)/", re.M)
 
@@ -262,7 +247,7 @@ def start_code(log_text: str) -> int | None:
 def guest_load_bias(prefix: Sequence[str], binary: str, work_dir: str,
                     timeout_s: float = 120) -> int:
     """Where qemu loads ``binary`` (0 for a non-PIE one): ``-d page`` prints start_code. Each
-    instrumented run logs it again and is checked against this (exec_log_bias)."""
+    instrumented run logs it again (exec_log_argv) and is checked against this."""
     log = Path(work_dir) / "qemu-page.log"
     subprocess.run([*prefix, "-d", "page", "-D", str(log), binary, "--help"],
                    capture_output=True, timeout=timeout_s, check=False)
@@ -280,8 +265,14 @@ def exec_log_argv(prefix: Sequence[str], entries: Iterable[int], log_path: str) 
     ``entries`` (guest addresses): ``nochain`` makes every block entry pass QEMU's main loop
     (chained blocks would jump past the log), ``-dfilter`` keeps only the symbols' first bytes,
     ``page`` logs the load address the entries assume."""
+    return _log_argv(prefix, "exec,nochain,page", entries, log_path)
+
+
+def _log_argv(prefix: Sequence[str], items: str, entries: Iterable[int],
+              log_path: str) -> list[str]:
+    """``qemu -d items`` logged to ``log_path``, filtered to the first bytes of ``entries``."""
     ranges = ",".join(f"{a:#x}+4" for a in sorted(set(entries)))
-    return [*prefix, "-d", "exec,nochain,page", "-dfilter", ranges, "-D", log_path]
+    return [*prefix, "-d", items, "-dfilter", ranges, "-D", log_path]
 
 
 def count_entries(log_text: str, entries: Mapping[int, str]) -> tuple[dict[str, int],
@@ -305,8 +296,7 @@ def translation_log_argv(prefix: Sequence[str], entries: Iterable[int],
     """qemu options that log each translated block starting at one of ``entries``: QEMU
     translates a block when execution first reaches it, so a logged entry ran at least once.
     The filter is checked per translation, not per execution: no measurable cost."""
-    ranges = ",".join(f"{a:#x}+4" for a in sorted(set(entries)))
-    return [*prefix, "-d", "in_asm", "-dfilter", ranges, "-D", log_path]
+    return _log_argv(prefix, "in_asm", entries, log_path)
 
 
 def count_translations(log_text: str, entries: Mapping[int, str]) -> dict[str, int]:

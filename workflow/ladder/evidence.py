@@ -87,16 +87,6 @@ def analyse_log(log: str, markers: Sequence[Marker], crash: str | None) -> dict[
     }
 
 
-def ran_on(guest: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Where a run happened; an emulated run names its guest CPU and drops the x86 identity
-    (the emulated host's identity is its guest CPU's, from its facts)."""
-    brief = host_brief()
-    if guest:
-        brief = {**brief, "identity": None, "emulated": {"cpu": guest.get("cpu"),
-                                                          "arch": guest.get("arch")}}
-    return brief
-
-
 def collect(*, rung: Mapping[str, Any], markers: Sequence[Marker], provenance: str, model_meta: str,
             prompt: str, n_predict: int, threads: int, timeout_s: float, out_json: str,
             raw_log: str, env: Mapping[str, str], common_args: Sequence[str]) -> dict[str, Any]:
@@ -111,7 +101,7 @@ def collect(*, rung: Mapping[str, Any], markers: Sequence[Marker], provenance: s
     if guest:
         timeout_s = max(timeout_s, float(guest.get("timeout_s", timeout_s)))
     record: dict[str, Any] = {
-        "format": FORMAT, "ran_on": ran_on(guest), "rung": rung["name"],
+        "format": FORMAT, "ran_on": host_brief(guest), "rung": rung["name"],
         "quant": model["quant"].lower(),
         "build_key": prov.get("build_key"), "model_sha256": model["sha256"],
         "requantized": model.get("requantized", False), "runtime": dict(rung["runtime"]),

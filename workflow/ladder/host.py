@@ -9,7 +9,7 @@ import socket
 import subprocess
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from ladder.hosts import cpu_identity
 from ladder.recipes import compiler_identity, host_arch, host_cpu_flags, native_target
@@ -99,9 +99,15 @@ def host_facts(host_name: str | None = None) -> dict[str, Any]:
     return facts
 
 
-def host_brief() -> dict[str, Any]:
-    """The per-sample subset: what must agree before samples are combined, and where it ran."""
+def host_brief(guest: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The per-sample subset: what must agree before samples are combined, and where it ran.
+
+    A run under qemu (``guest``: the rung's guest CPU) names the emulated CPU and drops the x86
+    identity: an emulated host's identity is its guest CPU's, from its facts."""
     job = scheduler_job() or {}
+    if guest:
+        return {**host_brief(), "identity": None,
+                "emulated": {"cpu": guest.get("cpu"), "arch": guest.get("arch")}}
     return {"hostname": socket.gethostname(), "arch": host_arch(), "thp": thp_mode(),
             "cpu_model": cpu_model(),
             "identity": local_identity(),

@@ -49,12 +49,26 @@ def resolve_threads(values: list[Any], cores: int | None = None) -> list[int]:
     return out
 
 
+def check_phases(workloads: Mapping[str, Any], key: str) -> None:
+    """Every dispatch workload is one phase (prefill or decode)."""
+    for name, spec in (workloads or {}).items():
+        if spec and bool(spec.get("n_prompt")) == bool(spec.get("n_gen")):
+            raise LadderError(f"{key}.{name}: give n_prompt (a prefill phase) or "
+                              f"n_gen (a decode phase), not both or neither: {dict(spec)}")
+
+
+def check_quants(config: Mapping[str, Any], quants: list[str] | None, key: str) -> None:
+    """Every quant a run asks for is one a model produces."""
+    known = {q.upper() for m in config["models"].values()
+             for q in [m["quant"], *m.get("derive", [])]}
+    unknown = [q for q in quants or [] if q.upper() not in known]
+    if unknown:
+        raise LadderError(f"{key}: {unknown} not produced by any model (known: {sorted(known)})")
+
+
 def check_dispatch(settings: Mapping[str, Any], rungs: list[Rung], arch: str) -> None:
     """Every workload is one phase; every rung's family exists in the families file."""
-    for name, spec in (settings.get("workloads") or {}).items():
-        if spec and bool(spec.get("n_prompt")) == bool(spec.get("n_gen")):
-            raise LadderError(f"dispatch.workloads.{name}: give n_prompt (a prefill phase) or "
-                              f"n_gen (a decode phase), not both or neither: {dict(spec)}")
+    check_phases(settings.get("workloads") or {}, "dispatch.workloads")
     fset = load_families(arch, settings.get("families_file"))
     for r in rungs:
         if r.family and r.family not in fset.families:
@@ -90,14 +104,7 @@ def check_config(config: Mapping[str, Any], hosts: list[Host]) -> None:
             f"missing tools: {', '.join(missing)} not on PATH "
             "(as root: apt-get install -y cmake ninja-build g++ ccache)"
         )
-    quants = config["measure"].get("quants")
-    if quants:
-        known = {q.upper() for m in config["models"].values()
-                 for q in [m["quant"], *m.get("derive", [])]}
-        unknown = [q for q in quants if q.upper() not in known]
-        if unknown:
-            raise LadderError(f"measure.quants: {unknown} not produced by any model "
-                              f"(known: {sorted(known)})")
+    check_quants(config, config["measure"].get("quants"), "measure.quants")
     quality = config.get("quality") or {}
     if quality.get("enabled"):
         check_settings(quality)
@@ -126,17 +133,9 @@ def check_config(config: Mapping[str, Any], hosts: list[Host]) -> None:
                 check_settings({**quality, **(em.get("quality") or {})})
             except LadderError as exc:
                 raise LadderError(f"emulation.quality: {exc}") from exc
-        for wname, spec in ((em.get("dispatch") or {}).get("workloads") or {}).items():
-            if bool(spec.get("n_prompt")) == bool(spec.get("n_gen")):
-                raise LadderError(f"emulation.dispatch.workloads.{wname}: give n_prompt (a "
-                                  f"prefill phase) or n_gen (a decode phase), not both or "
-                                  f"neither: {dict(spec)}")
-        for q in em.get("quants") or []:
-            known = {q.lower() for m in config["models"].values()
-                     for q in [m["quant"], *m.get("derive", [])]}
-            if q.lower() not in known:
-                raise LadderError(f"emulation.quants: {q!r} is not produced by any model "
-                                  f"(known: {sorted(known)})")
+        check_phases((em.get("dispatch") or {}).get("workloads") or {},
+                     "emulation.dispatch.workloads")
+        check_quants(config, em.get("quants"), "emulation.quants")
 
 
 @dataclass
@@ -239,6 +238,10 @@ class Plan:
     def emulation(self) -> Mapping[str, Any]:
         return emulation.settings_of(self.config)
 
+    @property
+    def emulated_timeout_s(self) -> float:
+        return float(self.emulation.get("timeout_s", 1800))
+
     def guest(self) -> dict[str, Any]:
         """How a rung's tools are started on this host: under qemu for an emulated host, and
         the CPU flags (L1 evidence) of the guest CPU, not of the x86 machine carrying it."""
@@ -247,7 +250,7 @@ class Plan:
         return {"launcher": emulation.launcher(self.emulation, str(self.host.cpu)),
                 "guest": {"arch": "aarch64", "cpu": self.host.cpu,
                           "cpu_flags": list(self.facts.get("cpu_flags") or []),
-                          "timeout_s": float(self.emulation.get("timeout_s", 1800))}}
+                          "timeout_s": self.emulated_timeout_s}}
 
     # --- models and cells -------------------------------------------------------------------
     def is_base_quant(self, model: str, quant: str) -> bool:
@@ -313,7 +316,7 @@ class Plan:
         out = {k: v for k, v in self.config["dispatch"].items() if k != "must_dispatch"}
         if self.emulated:
             em = self.emulation.get("dispatch") or {}
-            out.update(method="qemu-exec", timeout_s=float(self.emulation.get("timeout_s", 1800)),
+            out.update(method="qemu-exec", timeout_s=self.emulated_timeout_s,
                        crosscheck=bool(em.get("crosscheck", True)))
             if em.get("workloads"):
                 out["workloads"] = em["workloads"]
@@ -323,8 +326,7 @@ class Plan:
         out = dict(self.config.get("quality") or {})
         if self.emulated:
             out.update(self.emulation.get("quality") or {})
-            out["timeout_s"] = max(float(out.get("timeout_s", 1200)),
-                                   float(self.emulation.get("timeout_s", 1800)))
+            out["timeout_s"] = max(float(out.get("timeout_s", 1200)), self.emulated_timeout_s)
         return out
 
     @property

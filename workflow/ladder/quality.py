@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ladder import parse
-from ladder.evidence import ran_on
+from ladder.host import host_brief
 from ladder.errors import LadderError
 from ladder.io import (
     atomic_write_bytes,
@@ -143,7 +143,7 @@ def measure(*, rung: Mapping[str, Any], is_reference: bool, provenance: str,
                          model["sha256"], corp["sha256"],
                          {k: settings[k] for k in ("ctx", "chunks")})
     rec: dict[str, Any] = {
-        "format": FORMAT, "ran_on": ran_on(rung.get("guest")), "rung": rung["name"],
+        "format": FORMAT, "ran_on": host_brief(rung.get("guest")), "rung": rung["name"],
         "quant": model["quant"].lower(), "reference": is_reference, "build_key": prov.get("build_key"),
         "model_sha256": model["sha256"], "corpus_sha256": corp["sha256"],
         "settings": dict(settings), "threads": threads, "status": None, "reason": None,
