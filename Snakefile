@@ -7,6 +7,7 @@ sys.path.insert(0, f"{workflow.basedir}/workflow")
 from ladder.config import validate_config
 from ladder.fleet import check_executor, explain_failures
 from ladder.quality import cleanup_logits
+from ladder.progress import announce_plan
 
 
 configfile: "config/config.yaml"
@@ -34,6 +35,7 @@ localrules:
     rung,
     ledger,
     dispatch_gate,
+    host_report,
     report,
     render,
     fleet,
@@ -41,6 +43,7 @@ localrules:
 
 onstart:
     check_executor(HOSTS.values(), workflow)
+    announce_plan(workflow)
 
 
 onsuccess:
@@ -55,8 +58,4 @@ onerror:
 rule all:
     default_target: True
     input:
-        expand(
-            "results/hosts/{host}/report/ladder.{ext}", host=HOSTS, ext=["html", "md"]
-        ),
-        "results/report/fleet.html",
-        "results/report/fleet.md",
+        rules.report.input,

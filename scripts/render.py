@@ -6,5 +6,5 @@ from ladder.adapter import run_step
 from ladder.render import render_all
 
 run_step(snakemake, lambda: render_all(
-    snakemake.input.json, os.path.dirname(snakemake.output.html), workdir=os.getcwd(),
+    snakemake.input.json, os.path.dirname(snakemake.output.html), workdir=os.getcwd(), announce=True,
 ))

@@ -10,13 +10,23 @@ from typing import Any, Callable
 from ladder.errors import LadderError
 
 
+def job_label(snakemake: Any) -> str:
+    """``bench local/q4_0/tg64/2``: the rule and its wildcard values, for terminal lines."""
+    values = [str(v) for v in dict(snakemake.wildcards.items()).values()]
+    return " ".join([snakemake.rule, "/".join(values)]).strip()
+
+
 def run_step(snakemake: Any, step: Callable[[], object]) -> None:
     log_path = snakemake.log[0] if len(snakemake.log) else None
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    # the terminal gets one short line per step, named by the job; the log gets timestamps
+    terminal = logging.StreamHandler(sys.stderr)
+    terminal.setFormatter(logging.Formatter(f"{job_label(snakemake)}: %(message)s"))
+    handlers: list[logging.Handler] = [terminal]
     if log_path:
-        handlers.append(logging.FileHandler(log_path, mode="a"))
-    logging.basicConfig(level=logging.INFO, handlers=handlers,
-                        format="%(asctime)s %(name)s %(message)s", force=True)
+        to_log = logging.FileHandler(log_path, mode="a")
+        to_log.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+        handlers.append(to_log)
+    logging.basicConfig(level=logging.INFO, handlers=handlers, force=True)
     try:
         step()
     except LadderError as exc:

@@ -6,11 +6,14 @@ Every raw llama-bench JSON and stderr is kept; the samples file is derived from 
 
 from __future__ import annotations
 
+import hashlib
 import random
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ladder import parse
+import numpy as np
+
+from ladder import parse, progress
 from ladder.errors import LadderError
 from ladder.host import host_brief
 from ladder.io import atomic_write_json, atomic_write_text, read_json
@@ -19,9 +22,17 @@ from ladder.run import run
 FORMAT = "ladder-samples/1"
 
 
-def round_orders(names: Sequence[str], rounds: int, seed: int) -> list[list[str]]:
-    """A shuffled order per round, reproducible from the seed."""
-    rng = random.Random(seed)
+def cell_seed(seed: int, cell: str) -> int:
+    """The shuffle seed of one cell: the config seed and the cell's identity, so every cell has
+    its own sequence of orders (a position effect then lands on a different rung in each cell
+    instead of on the same one everywhere), reproducible and recorded."""
+    return int.from_bytes(hashlib.sha256(f"{seed}/{cell}".encode()).digest()[:8], "big")
+
+
+def round_orders(names: Sequence[str], rounds: int, seed: int,
+                 cell: str | None = None) -> list[list[str]]:
+    """A shuffled order per round, reproducible from the seed (and the cell's identity)."""
+    rng = random.Random(seed if cell is None else cell_seed(seed, cell))
     orders = []
     for _ in range(rounds):
         order = list(names)
@@ -75,11 +86,13 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
     raw = Path(raw_dir)
     raw.mkdir(parents=True, exist_ok=True)
     active, status, bins = built_rungs(rungs, f"bench {quant}/{workload_name}/t{threads}")
-    orders = round_orders(active, warmup_rounds + rounds, seed)
+    cell = f"{quant}/{workload_name}/t{threads}"
+    orders = round_orders(active, warmup_rounds + rounds, seed, cell)
     brief = host_brief()
     samples: list[dict[str, Any]] = []
     by_name = {r["name"]: r for r in rungs}
     log_lines: list[str] = []
+    total = len(orders)
     for rnd, order in enumerate(orders):
         for pos, name in enumerate(order):
             if status[name]["status"] != "measured":
@@ -95,7 +108,9 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
             log_lines.append(f"round {rnd} pos {pos} {name}: rc={res.returncode} "
                              f"wall={res.wall_s:.2f}s rss={res.peak_rss_kib}KiB")
             failure = res.failure()
+            tag = ["warmup"] if rnd < warmup_rounds else []
             if failure:
+                progress.step("round", rnd + 1, total, name, failure.splitlines()[0], *tag)
                 status[name].update(status="crashed" if res.signal_name else "failed",
                                     reason=failure, round=rnd, raw=f"{stem}.stderr.log")
                 continue
@@ -116,12 +131,16 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
                         "repack": rec.get("repack"), "peak_rss_kib": res.peak_rss_kib,
                         "wall_s": round(res.wall_s, 3), "raw": f"{stem}.json", **brief,
                     })
-    atomic_write_text(log, "\n".join(log_lines) + "\n")
+                progress.step("round", rnd + 1, total, name,
+                              f"{float(np.mean(rec['samples_ts'])):.1f} tok/s", *tag)
+    with open(log, "a") as f:  # beside the progress lines the job's logger already wrote
+        f.write("\n".join(log_lines) + "\n")
     doc = {
         "format": FORMAT, "quant": quant, "workload": workload_name, "workload_spec": dict(workload),
         "threads": threads, "model": {k: model.get(k) for k in
                                        ("model", "quant", "sha256", "requantized", "size_bytes")},
         "rounds": rounds, "warmup_rounds": warmup_rounds, "repetitions": reps, "seed": seed,
+        "order_seed": {"cell": cell, "seed": cell_seed(seed, cell)},
         "warmup": warmup,
         "orders": orders, "host": brief, "rungs": status, "samples": samples,
     }

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+from ladder import progress
 from ladder.errors import LadderError
 from ladder.io import atomic_write_json, read_json
 from ladder.host import host_brief
@@ -117,6 +118,28 @@ def check_build_host(material: Mapping[str, Any], build_key: str) -> None:
                           "(pin the host to one instance type)")
 
 
+_STEP = re.compile(r"^\[(\d+)/(\d+)\] ")
+
+
+def _stream(argv: list[str], env: Mapping[str, str], log_f: Any, label: str) -> int:
+    """Run ``argv`` with its output copied line by line into ``log_f``; a ninja/make step
+    counter (``[12/261]``) becomes a progress line at every tenth of the build."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(env),
+                            text=True, errors="replace", bufsize=1)
+    shown = -1
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        log_f.write(line)
+        m = _STEP.match(line)
+        if m:
+            done, total = int(m.group(1)), int(m.group(2))
+            tenth = done * 10 // max(total, 1)
+            if tenth > shown:
+                shown = tenth
+                progress.step("compile step", done, total, f"build {label}")
+    return proc.wait()
+
+
 def build(
     *, recipe: Mapping[str, Any], material: Mapping[str, Any], build_key: str, source_json: str,
     provenance: str, log: str, jobs: int, generator: str = "Ninja", ccache_dir: str | None = None,
@@ -155,9 +178,9 @@ def build(
             log_f.flush()
             t0 = time.monotonic()
             start = log_f.tell()
-            # Streamed straight into the log, so a long build can be followed with tail -f.
-            res = subprocess.run(argv, stdout=log_f, stderr=subprocess.STDOUT,
-                                 env={**os.environ, **env}, check=False)
+            # Streamed into the log (tail -f follows a long build); compile steps also reach
+            # the terminal, a line per tenth of the build.
+            returncode = _stream(argv, {**os.environ, **env}, log_f, build_key[:8])
             record[f"{stage}_wall_s"] = round(time.monotonic() - t0, 2)
             log_f.flush()
             with open(log, errors="replace") as back:
@@ -165,7 +188,7 @@ def build(
                 output = back.read()
             if stage == "configure":
                 record["configure_arch_lines"] = ARCH_LINES.findall(output)
-            if res.returncode != 0:
+            if returncode != 0:
                 record["reason"] = _failure_reason(output, stage)
                 break
         else:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ladder import progress
 from ladder.host import host_brief
 from ladder.errors import LadderError
 from ladder.io import atomic_write_json, atomic_write_text, read_json
@@ -247,7 +248,8 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
             baselines[(quant, workload, t)] = res
 
     def measure_all(session: Any) -> None:
-        for quant, workload, spec, t in cells_spec:
+        for i, (quant, workload, spec, t) in enumerate(cells_spec):
+            progress.step("cell", i + 1, len(cells_spec), f"{quant} {workload} t{t}")
             doc["cells"].append(_cell(
                 rung=rung, quant=quant, workload=workload, spec=spec, threads=t,
                 model=inputs[quant][0], evidence=inputs[quant][1], fset=fset,

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ladder import parse
+from ladder import parse, progress
 from ladder.host import host_brief
 from ladder.errors import LadderError
 from ladder.io import (
@@ -169,6 +169,7 @@ def measure(*, rung: Mapping[str, Any], is_reference: bool, provenance: str,
         Path(logits).parent.mkdir(parents=True, exist_ok=True)
         argv = perplexity_argv(fprov["bin_dir"], model["path"], corpus, settings, threads,
                                ["--kl-divergence-base", logits], launcher)
+        progress.step("pass", 1, 3 if not is_reference else 2, "floor logits (perplexity)")
         res = run(argv, env=env if is_reference else {}, timeout_s=timeout)
         log += [f"$ {' '.join(argv)}", res.stderr, res.stdout]
         failure = _failure(res, "ppl")
@@ -188,6 +189,7 @@ def measure(*, rung: Mapping[str, Any], is_reference: bool, provenance: str,
     if not is_reference:
         argv = perplexity_argv(prov["bin_dir"], model["path"], corpus, settings, threads,
                                ["--kl-divergence-base", logits, "--kl-divergence"], launcher)
+        progress.step("pass", 2, 3, f"{rung['name']} KL divergence vs the floor")
         res = run(argv, env=env, timeout_s=timeout)
         log += [f"$ {' '.join(argv)}", res.stderr, res.stdout]
         failure = _failure(res, "kld")
@@ -197,6 +199,8 @@ def measure(*, rung: Mapping[str, Any], is_reference: bool, provenance: str,
         rec.update(ppl=st.get("mean_ppl_q"), ppl_err=st.get("mean_ppl_q_err"),
                    kld=st, kld_chunks=parse.kld_chunk_rows(res.stdout),
                    wall_s=round(res.wall_s, 2))
+    progress.step("pass", 3 if not is_reference else 2, 3 if not is_reference else 2,
+                  "greedy probe")
     probe = greedy_probe(prov["bin_dir"], model["path"], settings["probe"], threads, env, extra,
                          timeout, launcher)
     log += [f"$ {' '.join(probe['argv'])}", probe["text"]]

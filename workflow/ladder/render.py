@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import base64
 import datetime as dt
+import logging
 import os
 import sys
 from pathlib import Path
@@ -68,7 +69,7 @@ def _data_uri(path: Path) -> str:
 
 
 def render_all(doc_path: str | Path, out_dir: str | Path, workdir: str | Path = ".",
-               validate_doc: bool = True) -> dict[str, str]:
+               validate_doc: bool = True, announce: bool = False) -> dict[str, str]:
     """ladder.md, ladder.html and figures/*.png under out_dir, from one report JSON."""
     doc_path = Path(doc_path)
     doc = read_json(doc_path)
@@ -88,8 +89,40 @@ def render_all(doc_path: str | Path, out_dir: str | Path, workdir: str | Path = 
         rendered_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
     atomic_write_text(out / "ladder.md", md)
     atomic_write_text(out / "ladder.html", html)
+    if announce:  # a workflow run: the answer in the terminal, not only in a file
+        log = logging.getLogger("ladder.report")
+        for line in headline_lines(doc, out / "ladder.html"):
+            log.info(line)
     return {"md": str(out / "ladder.md"), "html": str(out / "ladder.html"),
             "figures": str(fig_dir)}
+
+
+def headline_lines(doc: dict[str, Any], html_path: str | Path) -> list[str]:
+    """The answer in a few terminal lines: per cell its noise floor, then one line per ladder
+    step (verdict, evidence credit, dispatch, drift flag), then where the full report is."""
+    host = doc["provenance"]["host"].get("host") or "?"
+    lines: list[str] = []
+    emu = doc.get("emulated")
+    if emu:
+        lines.append(f"ladder: host {host}: evidence only (emulated, qemu -cpu {emu.get('cpu')})")
+    for c in [] if emu else doc.get("cells") or []:
+        floor = (c.get("noise_floor") or {}).get("floor")
+        lines.append(f"ladder: {host} · {c['quant']} {c['workload']} · {c['threads']} threads "
+                     f"(noise floor {'-' if floor is None else f'{floor * 100:.1f} %'})")
+        for s in c.get("steps") or []:
+            bits = [f"{s['rung']} over {s['base']}: {s['verdict']['text']}"]
+            if s.get("credit"):
+                bits.append(f"evidence: {s['credit']}")
+            if s.get("dispatch"):
+                bits.append(f"dispatch: {s['dispatch']['text']}")
+            if (s.get("drift") or {}).get("flag"):
+                bits.append(f"DRIFT: {s['drift']['text']}")
+            lines.append("    " + "; ".join(bits))
+    for r in doc.get("rungs") or []:
+        if r.get("status") not in (None, "ok"):
+            lines.append(f"ladder: {host}: rung {r['name']} {r['status']}: {r.get('reason')}")
+    lines.append(f"ladder: report: {html_path}")
+    return lines
 
 
 def cli(prog: str, make: Any) -> int:

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ladder import stats
+from ladder import progress, stats
 from ladder.bench import built_rungs, round_orders
 from ladder.errors import LadderError
 from ladder.host import host_brief
@@ -122,7 +122,7 @@ def prefix_cache(*, rungs: Sequence[Mapping[str, Any]], model_meta: str, corpus:
     active, status, bins = built_rungs(rungs, "serving")
     by_name = {r["name"]: r for r in rungs}
     samples: list[dict[str, Any]] = []
-    orders = round_orders(active, rounds, seed)
+    orders = round_orders(active, rounds, seed, f"prefix_cache/{model['quant']}/t{threads}")
     brief = host_brief()
     for rnd, order in enumerate(orders):
         for pos, name in enumerate(order):
@@ -150,7 +150,11 @@ def prefix_cache(*, rungs: Sequence[Mapping[str, Any]], model_meta: str, corpus:
                 raise  # the machine's fault, not the rung's: the rule fails, naming the port
             except LadderError as exc:
                 status[name].update(status="failed", reason=str(exc), round=rnd, raw=log)
+                progress.step("round", rnd + 1, len(orders), name, f"failed: {exc}")
                 continue
+            progress.step("round", rnd + 1, len(orders), name,
+                          *(f"{k} {float((out[k]['timings'] or {}).get('prompt_ms') or 0):.0f} "
+                            "ms prefill" for k in ("cold", "warm")))
             atomic_write_text(raw / f"round{rnd:02d}-{pos:02d}-{name}.json",
                               json.dumps(out, indent=1))
             for kind in ("cold", "warm"):
@@ -209,7 +213,7 @@ def concurrency(*, rungs: Sequence[Mapping[str, Any]], model_meta: str,
     cfg = settings["concurrency"]
     active, status, bins = built_rungs(rungs, "serving")
     by_name = {r["name"]: r for r in rungs}
-    orders = round_orders(active, rounds, seed)
+    orders = round_orders(active, rounds, seed, f"concurrency/{model['quant']}/t{threads}")
     brief = host_brief()
     samples: list[dict[str, Any]] = []
     npl = ",".join(str(p) for p in cfg["parallel"])
@@ -231,7 +235,9 @@ def concurrency(*, rungs: Sequence[Mapping[str, Any]], model_meta: str,
             if failure:
                 status[name].update(status="crashed" if res.signal_name else "failed",
                                     reason=failure, round=rnd, raw=f"{stem}.stderr.log")
+                progress.step("round", rnd + 1, len(orders), name, failure.splitlines()[0])
                 continue
+            progress.step("round", rnd + 1, len(orders), name, f"{res.wall_s:.1f} s")
             for rec in batched_records(res.stdout, f"{stem}.jsonl"):
                 samples.append({
                     "rung": name, "round": rnd, "order": pos, "warmup": False,

@@ -2,8 +2,10 @@
 # plan (ladder, build keys, thread counts) is made from the facts its host_facts checkpoint read
 # on the node, so a native build is keyed by the CPU it was built for.
 import os
+import sys
 
 from ladder.errors import LadderError
+from ladder.host import host_facts as local_facts
 from ladder.hosts import check_facts, hosts_from_config
 from ladder.io import read_json
 from ladder.plan import Plan, check_config, code_hash
@@ -41,22 +43,47 @@ def host(name):
     return HOSTS[name]
 
 
+def facts_path(name):
+    return f"results/hosts/{name}/host.json"
+
+
+def plannable_now(name):
+    """A host whose facts can be read while the DAG is built: this machine (recorded facts, or
+    read here and now). A SLURM host's facts are read on its node and an emulated host's in its
+    guest, so those wait for their host_facts checkpoint."""
+    h = host(name)
+    return not (h.remote or h.emulated)
+
+
 def host_plan(name):
     """The host's plan, from its facts (raises until its host_facts checkpoint has run).
 
-    A job running remotely (a SLURM job step) has only its own job in its DAG: the checkpoint
-    ran before it was submitted, so it reads the facts file directly."""
+    This machine is planned at once, from its recorded facts or, before the first run, from the
+    same facts read in this process (what its host_facts job will record), so a dry run shows
+    the whole chain. A job running remotely (a SLURM job step) has only its own job in its DAG:
+    the checkpoint ran before it was submitted, so it reads the facts file directly."""
     h = host(name)
-    if workflow.remote_exec:
-        path = f"results/hosts/{name}/host.json"
+    path = facts_path(name)
+    if workflow.remote_exec or (plannable_now(name) and os.path.exists(path)):
+        stamp = (path, os.stat(path).st_mtime_ns)
+        facts = None
+    elif plannable_now(name):
+        stamp, facts = ("probed", None), local_facts(name)
     else:
         path = checkpoints.host_facts.get(host=name).output.json
-    stamp = (path, os.stat(path).st_mtime_ns)
+        stamp, facts = (path, os.stat(path).st_mtime_ns), None
     if _PLANS.get(name, (None,))[0] != stamp:
-        facts = read_json(path)
+        facts = facts if facts is not None else read_json(path)
         check_facts(h, facts, path)
         _PLANS[name] = (stamp, Plan.from_config(config, h, facts))
     return _PLANS[name][1]
+
+
+def unplanned_hosts():
+    """Hosts whose plan waits for their facts job (named in a dry run's summary)."""
+    return [
+        n for n in HOSTS if not plannable_now(n) and not os.path.exists(facts_path(n))
+    ]
 
 
 def build_host(key):
@@ -318,6 +345,14 @@ def render_templates(kind="ladder"):
     ]
 
 
+def final_reports():
+    """What `snakemake report` (and the default target) makes: every host's rendered report and
+    the fleet report."""
+    return expand(
+        "results/hosts/{host}/report/ladder.{ext}", host=HOSTS, ext=["html", "md"]
+    ) + ["results/report/fleet.html", "results/report/fleet.md"]
+
+
 def host_reports(wildcards=None):
     return [f"results/hosts/{h}/report/ladder.json" for h in HOSTS]
 
@@ -376,3 +411,13 @@ def serving_all_rungs(wildcards):
         {**plan.rung_summary(r), "provenance": provenance(plan.build_keys[r.name])}
         for r in plan.applicable
     ]
+
+
+# a dry run names the hosts whose jobs it cannot list yet
+if not workflow.remote_exec:
+    for _name in unplanned_hosts():
+        print(
+            f"ladder: host {_name}: planned once its host_facts job has read its facts "
+            f"({HOSTS[_name].where()}); a dry run lists only that job for it",
+            file=sys.stderr,
+        )

@@ -1,4 +1,5 @@
-rule report:
+# One host's report (its JSON; render writes the HTML/Markdown beside it).
+rule host_report:
     input:
         unpack(report_inputs),
     output:
@@ -82,3 +83,9 @@ rule fleet:
         code=code_hash("fleet", "stats"),
     script:
         "../../scripts/fleet.py"
+
+
+# What a user types first: every host's report and the fleet report (= the default target).
+rule report:
+    input:
+        final_reports(),
