@@ -160,3 +160,6 @@ def test_report_credits_only_dispatched_or_hybrid():
     d = dispatch_for(CELLS, "native_repack", "q4_0", "decode", 8)  # nearest thread count
     assert d["threads"] == 2 and "ledger at 2 threads" in d["text"]
     assert not dispatch_for(CELLS, "floor", "q4_0", "decode", 2)["credited"]
+    # issue 19, item 9: a pp32 credit from the ledger's prefill run says which run it was
+    d = dispatch_for(CELLS, "native_repack", "q4_0", "decode", 2, "tg64")
+    assert "(ledger at its decode workload decode_short)" in d["text"]

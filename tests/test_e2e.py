@@ -427,7 +427,8 @@ def test_prefix_cache_ttft_from_server_timings(report, run_dir):
         # the warm request reuses the shared prefix: most of the prompt is skipped
         assert c["prefill_skipped"] > 0.5 and min(c["cache_n"]) > 50
         assert c["ttft_warm_ms"]["median"] < c["ttft_cold_ms"]["median"]
-    assert "The bigger lever here is" in pc["levers"]
+    assert pc["levers"].startswith("TTFT on `native_repack`")  # both levers on one rung
+    assert "bigger lever on this rung" in pc["levers"] or "cannot tell" in pc["levers"]
     if has_amx():  # the AMX server dies in its first prefill: recorded, not hidden
         assert pc["rung_status"]["amx"]["status"] == "failed"
     md = (run_dir / HOST / "report" / "ladder.md").read_text()

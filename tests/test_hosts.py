@@ -59,14 +59,14 @@ def test_facts_from_another_arch_are_refused():
 
 def test_unpaired_ratio_ci_and_verdict():
     a = [10.0, 10.4, 9.8, 10.1, 10.2]
-    r = unpaired_ratio_ci(a, [x * 2 for x in a], resamples=2000)
+    r = unpaired_ratio_ci(a, [x * 2 for x in a])
     assert r.estimate == pytest.approx(2.0) and 1.9 < r.lo <= 2.0 <= r.hi < 2.1
     assert verdict(r, 0.05).call == "faster"
-    r = unpaired_ratio_ci(a, [10.3, 9.7, 10.0, 10.4, 9.9], resamples=2000)
+    r = unpaired_ratio_ci(a, [10.3, 9.7, 10.0, 10.4, 9.9])
     assert r.lo < 1 < r.hi and verdict(r, 0.05).call == "within noise"
     # a difference inside the larger of the two hosts' floors is not called
-    r = unpaired_ratio_ci(a, [x * 1.04 for x in a], resamples=2000)
-    assert r.lo > 1 and verdict(r, 0.05).call == "within noise"
+    r = unpaired_ratio_ci(a, [x * 1.04 for x in a])
+    assert r.lo > 1 and verdict(r, 0.05).call == "cannot tell"
     assert unpaired_ratio_ci([], a).estimate is None
 
 

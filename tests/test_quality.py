@@ -16,23 +16,42 @@ def load(fixture_text, name):
     return json.loads(fixture_text(Q + name + ".json"))
 
 
-def test_q4_0_native_repack_drifts_past_the_ppl_tolerance(fixture_text):
+def test_a_lower_perplexity_is_not_flagged(fixture_text):
+    # issue 19, item 7: PPL -1.19 % (lower), mean KLD 0.004, greedy text identical was flagged
+    # "changes outputs"; a lower perplexity is not the direction that matters
     floor, native = load(fixture_text, "q4_0-floor"), load(fixture_text, "q4_0-native_repack")
     assert floor["ppl"] == pytest.approx(19.6388) and native["ppl"] == pytest.approx(19.405443)
     v = judge_drift(native, floor, TOL)
-    assert v["flag"] is True
-    assert v["reasons"] == ["PPL -1.19 % vs floor (tolerance 1 %)"]
-    assert native["probe"]["identical_to_floor"] is True  # yet the greedy text is the same
+    assert v["flag"] is False and v["reasons"] == []
+    assert "PPL -1.19 % ± 0.55 (lower: not a regression)" in v["text"]
+    assert "greedy text identical" in v["text"]
+    assert native["probe"]["identical_to_floor"] is True
 
 
-def test_q8_0_native_repack_is_within_tolerance(fixture_text):
+def test_a_perplexity_rise_must_clear_the_tolerance_by_its_error(fixture_text):
+    floor, native = load(fixture_text, "q4_0-floor"), load(fixture_text, "q4_0-native_repack")
+    worse = {**native, "ppl": floor["ppl"] * 1.03, "probe": {"identical_to_floor": True}}
+    assert judge_drift(worse, floor, TOL)["flag"] is True  # +3 % ± 0.55: clears 1 % + 2 err
+    close = {**worse, "ppl": floor["ppl"] * 1.015}
+    assert judge_drift(close, floor, TOL)["flag"] is False  # +1.5 % is inside 1 % + 2 x 0.55
+
+
+def test_a_different_greedy_text_is_flagged(fixture_text):
+    # issue 19, item 7: Q8_0's greedy text differs from the floor's at character 49 and passed
     floor, native = load(fixture_text, "q8_0-floor"), load(fixture_text, "q8_0-native_repack")
     v = judge_drift(native, floor, TOL)
-    assert v["flag"] is False
-    assert v["text"] == "within tolerance (PPL +0.96 %, mean KLD 0.0028)"
     assert native["probe"]["first_divergence"] == 49
-    # a stricter KLD limit catches it
-    assert judge_drift(native, floor, {"ppl_rel": 0.01, "kld_mean": 0.002})["flag"] is True
+    assert v["flag"] is True
+    assert v["reasons"] == ["greedy text differs from the floor's from character 49"]
+    # a stricter KLD limit adds its own reason
+    strict = judge_drift(native, floor, {"ppl_rel": 0.01, "kld_mean": 0.002})
+    assert strict["reasons"][0] == "mean KLD 0.0028 (tolerance 0.002)"
+
+
+def test_top1_agreement_below_its_minimum_is_flagged(fixture_text):
+    floor, native = load(fixture_text, "q4_0-floor"), load(fixture_text, "q4_0-native_repack")
+    v = judge_drift(native, floor, {**TOL, "same_top1_min": 0.99})  # 96.43 ± 1.17 %
+    assert v["flag"] is True and v["reasons"] == ["same top-1 96.43 % ± 1.17 (minimum 99 %)"]
 
 
 def test_crashed_rung_is_not_judged(fixture_text):

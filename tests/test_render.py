@@ -104,3 +104,14 @@ def test_bandwidth_probe_records_every_repeat(tmp_path):
     out = probe(str(tmp_path / "bw.json"), size_mib=16, repeats=2)
     assert out["bandwidth_gbps"] > 0 and all(len(r["seconds"]) == 2 for r in out["runs"])
     assert json.loads((tmp_path / "bw.json").read_text())["format"] == "ladder-bandwidth/1"
+
+
+def test_headline_lines_for_the_terminal(doc):
+    from ladder.render import headline_lines
+
+    lines = headline_lines(doc, "results/hosts/local/report/ladder.html")
+    assert lines[-1] == "ladder: report: results/hosts/local/report/ladder.html"
+    steps = sum(len(c["steps"]) for c in doc["cells"])
+    assert sum(1 for ln in lines if ln.startswith("    ")) == steps  # one line per ladder step
+    assert any("noise floor" in ln for ln in lines)
+    assert any("rung amx crashed" in ln for ln in lines)  # a failed rung is named

@@ -59,13 +59,23 @@ def test_variant_is_the_same_build_with_the_mechanism_off():
     assert arm["env"] == {"GGML_KLEIDIAI_SME": "0"} and arm["bench_argv"] == []
 
 
-def test_lever_sentence_names_the_bigger_lever():
-    kernel = {"rung": "native_repack", "ratio": {"estimate": 12.0},
-              "verdict": {"text": "12.0x faster"}}
-    cache = {"rung": "floor", "ratio": {"estimate": 20.0}, "verdict": {"text": "20.0x faster"}}
+def _lever(rung, base, est, lo, hi):
+    return {"rung": rung, "base": base,
+            "ratio": {"estimate": est, "lo": lo, "hi": hi, "confidence": 0.95}}
+
+
+def test_lever_sentence_compares_both_levers_on_one_rung_with_intervals():
+    # issue 19, item 5: "the bigger lever is the prefix cache" came from the floor's cache
+    # figure against native_repack's kernel figure, point estimates only
+    kernel = _lever("native_repack", "floor", 19.8, 18.8, 20.8)
+    cache = _lever("native_repack", None, 15.3, 14.1, 16.6)
     text = lever_sentence(kernel, cache)
-    assert text.endswith("The bigger lever here is the prefix cache.")
-    assert lever_sentence(None, cache) == "not both levers measured"
+    assert text.startswith("TTFT on `native_repack`: kernel ladder (vs `floor`, cold) 19.8x "
+                           "(95% CI 18.8x-20.8x); prefix cache (warm vs cold) 15.3x")
+    assert text.endswith("The kernel ladder is the bigger lever on this rung.")
+    wide = _lever("native_repack", None, 17.0, 6.0, 48.0)  # one cold outlier in 3 rounds
+    assert lever_sentence(kernel, wide).endswith("cannot tell which lever is bigger.")
+    assert lever_sentence(None, cache) == "not both levers measured on one rung"
 
 
 def test_batched_bench_jsonl(fixture_text):

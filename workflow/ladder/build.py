@@ -121,7 +121,7 @@ def check_build_host(material: Mapping[str, Any], build_key: str) -> None:
 _STEP = re.compile(r"^\[(\d+)/(\d+)\] ")
 
 
-def _stream(argv: list[str], env: Mapping[str, str], log_f: Any, label: str) -> int:
+def _stream(argv: list[str], env: Mapping[str, str], log_f: Any) -> int:
     """Run ``argv`` with its output copied line by line into ``log_f``; a ninja/make step
     counter (``[12/261]``) becomes a progress line at every tenth of the build."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(env),
@@ -136,7 +136,7 @@ def _stream(argv: list[str], env: Mapping[str, str], log_f: Any, label: str) -> 
             tenth = done * 10 // max(total, 1)
             if tenth > shown:
                 shown = tenth
-                progress.step("compile step", done, total, f"build {label}")
+                progress.step("compile step", done, total)
     return proc.wait()
 
 
@@ -180,7 +180,7 @@ def build(
             start = log_f.tell()
             # Streamed into the log (tail -f follows a long build); compile steps also reach
             # the terminal, a line per tenth of the build.
-            returncode = _stream(argv, {**os.environ, **env}, log_f, build_key[:8])
+            returncode = _stream(argv, {**os.environ, **env}, log_f)
             record[f"{stage}_wall_s"] = round(time.monotonic() - t0, 2)
             log_f.flush()
             with open(log, errors="replace") as back:

@@ -4,8 +4,8 @@
 
 Each host keeps its own noise floor (its control rung, measured interleaved on that host). A
 cross-host ratio pairs nothing (rounds on two machines are independent), so it is the ratio of
-the two hosts' geometric-mean round throughputs with a two-sample bootstrap CI, and it is called
-faster/slower only when significant AND beyond the larger of the two hosts' noise floors.
+the two hosts' geometric-mean round throughputs with a Welch t-interval on the log scale, called
+faster/slower only when the whole interval lies beyond the larger of the two hosts' noise floors.
 Cells are compared only when their metadata agree (same model file, source, workload spec).
 """
 
@@ -188,8 +188,6 @@ def build_fleet(reports: Sequence[str], stats_cfg: Mapping[str, Any] | None = No
                 absent: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
     stats_cfg = stats_cfg or {}
     conf = float(stats_cfg.get("confidence", 0.95))
-    resamples = int(stats_cfg.get("bootstrap_resamples", 10000))
-    seed = int(stats_cfg.get("seed", 1))
     docs = [(p, read_json(p)) for p in reports]
     hosts = [_host_entry(p, d) for p, d in docs]
     names = [h["name"] for h in hosts]
@@ -224,7 +222,7 @@ def build_fleet(reports: Sequence[str], stats_cfg: Mapping[str, Any] | None = No
         b = (cell["rungs"].get(rung) or {}).get("round_means") or []
         floors = [ref_cell["noise_floor"].get("floor"), cell["noise_floor"].get("floor"),
                   extra_floor]
-        return stats.unpaired_ratio_ci(a, b, conf, resamples, seed), floors
+        return stats.unpaired_ratio_ci(a, b, conf), floors
 
     # A/A first: hosts with the reference's CPU identity are the same hardware measured at
     # another time (or under another label), so what separates them is drift between runs,
@@ -243,7 +241,7 @@ def build_fleet(reports: Sequence[str], stats_cfg: Mapping[str, Any] | None = No
                 for rung in per_host[r0][0].get("ladder_order") or []:
                     r, _ = vs_ref(per_host[r0][1], per_host[n][1], rung, None)
                     if r.lo is not None and r.hi is not None:
-                        deviations.append(max(abs(r.lo - 1.0), abs(r.hi - 1.0)))
+                        deviations.append(stats.noise_floor(r) or 0.0)
     drift = max(deviations) if deviations else None
 
     comparisons = []
@@ -312,13 +310,14 @@ def build_fleet(reports: Sequence[str], stats_cfg: Mapping[str, Any] | None = No
         "evidence_only": [{"host": n, "emulated": doc.get("emulated"), "rows": evidence_only(doc)}
                           for (_, doc), n in zip(docs, names) if n in emulated],
         "drift": {"pairs": sorted(aa_pairs), "floor": drift,
-                  "definition": "largest |x-1| inside the CI of any rung's ratio between the "
-                                "reference and a host with its CPU identity (an A/A pair)"},
+                  "definition": "largest reach (log scale, as for a noise floor) of the CI of any "
+                                "rung's ratio between the reference and a host with its CPU "
+                                "identity (an A/A pair)"},
         "builds": sorted(builds.values(), key=lambda b: (b["rung"], b["build_key"])),
         "method": ("each host's largest thread count per cell; within a host, its own noise floor "
                    "(control vs twin); across hosts, ratio of geometric-mean round throughputs "
-                   "with a two-sample bootstrap CI, called only when significant and beyond the "
-                   "larger of the two hosts' noise floors and of the A/A drift floor (hosts of "
+                   "with a Welch t-interval on the log scale, called only when the whole interval "
+                   "lies beyond the larger of the two hosts' noise floors and of the A/A drift floor (hosts of "
                    "one CPU identity, when the fleet has them)"),
     }
 

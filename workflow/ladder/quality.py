@@ -216,21 +216,48 @@ def measure(*, rung: Mapping[str, Any], is_reference: bool, provenance: str,
 
 def judge_drift(rec: Mapping[str, Any], floor: Mapping[str, Any] | None,
                 tolerance: Mapping[str, float]) -> dict[str, Any]:
-    """Flag a rung whose outputs drift past tolerance from the floor's (pure)."""
+    """Flag a rung whose outputs drift from the floor's (pure), in the direction that matters:
+    - the distribution: mean KLD above ``kld_mean``, or top-1 agreement below ``same_top1_min``
+      by more than twice its error;
+    - perplexity: a rise beyond ``ppl_rel`` by more than twice the error of the PPL ratio (a
+      lower perplexity is reported, never flagged);
+    - the greedy probe: text that differs from the floor's."""
     if rec.get("reference"):
         return {"flag": False, "text": "reference (floor)", "reasons": []}
     if rec.get("status") != "ok" or not floor or floor.get("status") != "ok":
         why = rec.get("reason") if rec.get("status") != "ok" else "the floor has no result"
         return {"flag": None, "text": f"not measured: {why}", "reasons": []}
-    reasons = []
+    reasons: list[str] = []
+    notes: list[str] = []
+    kl = rec.get("kld") or {}
     rel = rec["ppl"] / floor["ppl"] - 1.0
-    if abs(rel) > tolerance["ppl_rel"]:
-        reasons.append(f"PPL {rel * 100:+.2f} % vs floor (tolerance {tolerance['ppl_rel'] * 100:g} %)")
-    kld = rec.get("kld", {}).get("kld_mean")
+    err = float(kl.get("ppl_ratio_err") or 0.0)
+    tol_ppl = tolerance["ppl_rel"]
+    if rel - 2 * err > tol_ppl:
+        reasons.append(f"PPL {rel * 100:+.2f} % ± {err * 100:.2f} vs floor (tolerance "
+                       f"{tol_ppl * 100:g} %)")
+    else:
+        notes.append(f"PPL {rel * 100:+.2f} %" + (f" ± {err * 100:.2f}" if err else "")
+                     + (" (lower: not a regression)" if rel < -tol_ppl else ""))
+    kld = kl.get("kld_mean")
     if kld is not None and kld > tolerance["kld_mean"]:
         reasons.append(f"mean KLD {kld:.4f} (tolerance {tolerance['kld_mean']:g})")
+    elif kld is not None:
+        notes.append(f"mean KLD {kld:.4f}")
+    top1, top1_err = kl.get("same_top_p"), float(kl.get("same_top_p_err") or 0.0)
+    top1_min = float(tolerance.get("same_top1_min", 0.95)) * 100
+    if top1 is not None and top1 + 2 * top1_err < top1_min:
+        reasons.append(f"same top-1 {top1:.2f} % ± {top1_err:.2f} (minimum {top1_min:g} %)")
+    elif top1 is not None:
+        notes.append(f"same top-1 {top1:.2f} %")
+    probe = rec.get("probe") or {}
+    if probe.get("first_divergence") is not None:
+        reasons.append(f"greedy text differs from the floor's from character "
+                       f"{probe['first_divergence']}")
+    elif probe.get("identical_to_floor"):
+        notes.append("greedy text identical")
     text = ("changes outputs: " + "; ".join(reasons)) if reasons else (
-        f"within tolerance (PPL {rel * 100:+.2f} %, mean KLD {kld:.4f})")
+        "within tolerance (" + ", ".join(notes) + ")")
     return {"flag": bool(reasons), "text": text, "reasons": reasons, "ppl_rel": rel,
             "kld_mean": kld}
 

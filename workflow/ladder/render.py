@@ -106,12 +106,21 @@ def headline_lines(doc: dict[str, Any], html_path: str | Path) -> list[str]:
     if emu:
         lines.append(f"ladder: host {host}: evidence only (emulated, qemu -cpu {emu.get('cpu')})")
     for c in [] if emu else doc.get("cells") or []:
-        floor = (c.get("noise_floor") or {}).get("floor")
+        nf = c.get("noise_floor") or {}
+        floor = nf.get("floor")
+        check = nf.get("control_check") or {}
         lines.append(f"ladder: {host} · {c['quant']} {c['workload']} · {c['threads']} threads "
-                     f"(noise floor {'-' if floor is None else f'{floor * 100:.1f} %'})")
+                     f"(noise floor {'-' if floor is None else f'±{floor * 100:.1f} %'}"
+                     + ("; " + check["text"] if check.get("passed") is False else "") + ")")
         for s in c.get("steps") or []:
             bits = [f"{s['rung']} over {s['base']}: {s['verdict']['text']}"]
-            if s.get("credit"):
+            att = s.get("attribution") or {}
+            if att.get("crashes"):
+                bits.append(f"THE RUNG {att['crashes']['status'].upper()}: "
+                            f"{att['crashes']['reason']}")
+            if att:
+                bits.append(att["text"])
+            elif s.get("credit"):
                 bits.append(f"evidence: {s['credit']}")
             if s.get("dispatch"):
                 bits.append(f"dispatch: {s['dispatch']['text']}")

@@ -77,8 +77,75 @@ def credit_line(ev: Mapping[str, Any] | None) -> str:
                      for c in claims)
 
 
+EXTRA_BUFFERS = ("CPU_REPACK", "CPU_KLEIDIAI", "AMX")
+
+
+def weight_share(ev: Mapping[str, Any] | None, model_bytes: int | None) -> dict[str, Any] | None:
+    """How much of the model's weights the rung's extra buffer types hold (the work a repack or
+    vendor kernel can take), from the load log's buffer sizes: a share of calls is not a share
+    of work (one output head call can outweigh a hundred layer calls)."""
+    bufs = (ev or {}).get("weight_buffers_mib") or {}
+    extra = {k: v for k, v in bufs.items() if k.upper().startswith(EXTRA_BUFFERS)}
+    if not extra or not model_bytes:
+        return None
+    total = model_bytes / 2 ** 20
+    held = sum(extra.values())
+    names = ", ".join(f"{k} {v:.1f}" for k, v in extra.items())
+    if held > total:  # a converted layout can outgrow the file (AMX): all weights, not >100 %
+        return {"buffers_mib": extra, "model_mib": round(total, 2), "share": 1.0,
+                "text": f"{names} MiB, more than the {total:.0f} MiB of weights (a larger "
+                        "converted layout): all of them"}
+    return {"buffers_mib": extra, "model_mib": round(total, 2), "share": held / total,
+            "text": f"{names} of {total:.0f} MiB of weights ({held / total * 100:.0f} %)"}
+
+
+def attribution(call: str, ev: Mapping[str, Any] | None, dispatch: Mapping[str, Any] | None,
+                rung: Mapping[str, Any] | None, model_bytes: int | None = None
+                ) -> dict[str, Any]:
+    """Whether a step's gain is credited to its mechanism: only when the evidence (markers
+    present, the run ok), the ledger (the family dispatched) and the runs (no crash in any phase)
+    agree. Names the kernel path that ran, and every crash beside the gain."""
+    claims = (ev or {}).get("claims") or []
+    refused = [f"{c['mechanism']} {c['verdict']}" for c in claims if not c["credited"]]
+    why: list[str] = []
+    if not ev:
+        why.append("no evidence run")
+    elif ev.get("status") != "ok":
+        why.append(f"evidence run {ev.get('status')}")
+    if refused:
+        why.append("evidence: " + "; ".join(refused))
+    if dispatch is not None and not dispatch.get("credited"):
+        why.append(f"ledger: {dispatch.get('text')}")
+    crashes = None
+    if rung and rung.get("status") in ("crashed", "failed"):
+        crashes = {"status": rung["status"], "reason": rung.get("reason"), "log": rung.get("log")}
+        why.append(f"the rung {rung['status']} elsewhere: {rung.get('reason')}")
+    path = (dispatch or {}).get("ran")
+    weights = weight_share(ev, model_bytes)
+    # "no_*" claims say a mechanism is absent: they prove a floor, they credit nothing
+    mechanisms = [c["mechanism"] for c in claims
+                  if c["credited"] and not c["mechanism"].startswith("no_")]
+    credited = not why and bool(mechanisms)
+    notes = [f"ran: {path}"] if path else []
+    if weights:
+        notes.append(f"extra buffers hold {weights['text']}")
+    if len(mechanisms) > 1:
+        notes.append(f"one rung bundles {', '.join(mechanisms)}; its toggle (serving) "
+                     "separates them")
+    tail = f" ({'; '.join(notes)})" if notes else ""
+    if call not in ("faster", "slower"):
+        text = "no gain called: nothing to credit" + tail
+    elif credited:
+        text = f"credited to {', '.join(mechanisms)}{tail}"
+    else:
+        text = "not credited: " + "; ".join(why) + tail
+    return {"credited": credited and call in ("faster", "slower"), "text": text,
+            "crashes": crashes, "path": path, "weights": weights}
+
+
 def dispatch_for(ledger_cells: Sequence[Mapping[str, Any]], rung: str, quant: str,
-                 phase: str | None, threads: int) -> dict[str, Any]:
+                 phase: str | None, threads: int, workload: str | None = None
+                 ) -> dict[str, Any]:
     """The ledger cell behind a speedup: same rung, quant and phase; same thread count if the
     sweep has it, else the nearest (said so). Credit only on DISPATCHED or HYBRID."""
     if phase is None:
@@ -91,9 +158,16 @@ def dispatch_for(ledger_cells: Sequence[Mapping[str, Any]], rung: str, quant: st
     cell = min(same, key=lambda c: (abs(c["threads"] - threads), c["threads"]))
     share = f", {cell['share'] * 100:.1f} % of matmul dispatches" if (
         cell.get("share") is not None and cell["verdict"] == "HYBRID") else ""
-    note = "" if cell["threads"] == threads else f" (ledger at {cell['threads']} threads)"
+    where = ([] if cell["threads"] == threads else [f"{cell['threads']} threads"]) + (
+        [f"its {phase} workload {cell['workload']}"] if workload and cell["workload"] != workload
+        else [])
+    note = f" (ledger at {', '.join(where)})" if where else ""
     credited = cell["verdict"] in CREDITED
+    fam = ((cell.get("L3") or {}).get("families") or {}).get(cell.get("family") or "", {})
+    ran = ", ".join(f"{v} {n}" for v, n in sorted((fam.get("variants") or {}).items(),
+                                                  key=lambda kv: -kv[1]) if n) or None
     return {"verdict": cell["verdict"], "share": cell.get("share"), "credited": credited,
+            "ran": ran,
             "threads": cell["threads"], "workload": cell["workload"],
             "text": f"{cell['verdict']}{share}{note}"
                     + ("" if credited else
@@ -221,6 +295,7 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
     price, price_note = host_price(cost, (plan.get("host") or {}).get("instance"))
     ledger_doc = _load_first(ledger, missing)
     ledger_cells = ledger_doc["cells"] if ledger_doc else []
+    rung_by_name = {r["name"]: r for r in rungs}
     for cell in cells:
         cell["roofline"] = roofline(cell, bw, peak)
         cell["cost"] = cost_table(cell, price)
@@ -230,8 +305,13 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
             q = quality_by_quant.get(cell["quant"], {}).get(step["rung"])
             step["drift"] = q["drift"] if q else None
             step["dispatch"] = (dispatch_for(ledger_cells, plan_twin(plan, step["rung"]),
-                                             cell["quant"], phase, cell["threads"])
+                                             cell["quant"], phase, cell["threads"],
+                                             cell["workload"])
                                 if ledger_doc else None)
+            step["attribution"] = attribution(
+                step["verdict"]["call"],
+                evidence_by_quant.get(cell["quant"], {}).get(step["rung"]),
+                step["dispatch"], rung_by_name.get(step["rung"]), cell.get("model_size"))
 
     return {
         "format": FORMAT,

@@ -285,8 +285,7 @@ def summarize_prefix(doc: Mapping[str, Any], plan: Mapping[str, Any],
     cache = []
     for name in plan["ladder_order"] + ([plan["control"]] if plan.get("control") else []):
         ratios = stats.paired_ratios(doc["samples"], name, f"{name}+cache")
-        r = stats.ratio_ci(ratios, stats_cfg["confidence"], stats_cfg["bootstrap_resamples"],
-                           stats_cfg["seed"])
+        r = stats.ratio_ci(ratios, stats_cfg["confidence"])
         warm = [s for s in doc["samples"] if s["rung"] == f"{name}+cache"]
         coldr = [s for s in doc["samples"] if s["rung"] == name]
         if not warm:
@@ -295,7 +294,8 @@ def summarize_prefix(doc: Mapping[str, Any], plan: Mapping[str, Any],
                  if s.get("cache_n") is not None and s.get("prompt_n") is not None
                  and (s["cache_n"] + s["prompt_n"]) > 0]
         cache.append({
-            "rung": name, "ratio": asdict(r), "verdict": asdict(stats.verdict(r, floor)),
+            "rung": name, "ratio": asdict(r), "verdict": asdict(stats.verdict(
+                r, floor, ladder_cell["noise_floor"]["control_check"]["passed"])),
             "ttft_cold_ms": stats.rung_summary([{**s, "tokens_per_s": s["ttft_ms"]}
                                                 for s in coldr], name, stats_cfg["confidence"],
                                                stats_cfg["bootstrap_resamples"],
@@ -309,27 +309,44 @@ def summarize_prefix(doc: Mapping[str, Any], plan: Mapping[str, Any],
             "cache_n": sorted({s.get("cache_n") for s in warm}, key=lambda x: x or 0),
             "prompt_n_cold": sorted({s.get("prompt_n") for s in coldr}, key=lambda x: x or 0),
         })
-    best_kernel = max(ladder_cell["vs_floor"], key=lambda s: s["ratio"]["estimate"] or 0,
-                      default=None)
-    best_cache = max(cache, key=lambda c: c["ratio"]["estimate"] or 0, default=None)
+    # both levers on one base rung: the build people run (the control's twin), else the top rung
+    # measured; the kernel lever is that rung against the floor (cold), the cache lever is warm
+    # against cold on that same rung
+    base = plan.get("twin") if any(s["rung"] == plan.get("twin")
+                                   for s in ladder_cell["vs_floor"]) else None
+    if base is None and ladder_cell["vs_floor"]:
+        base = ladder_cell["vs_floor"][-1]["rung"]
+    kernel = next((s for s in ladder_cell["vs_floor"] if s["rung"] == base), None)
+    cached = next((c for c in cache if c["rung"] == base), None)
     return {"experiment": "prefix_cache", "threads": doc["threads"], "cell": ladder_cell,
             "cache": cache, "rung_status": doc["rungs"], "method": doc["method"],
             "prefix_words": doc["prefix_words"], "server_args": doc.get("server_args", []),
-            "levers": lever_sentence(best_kernel, best_cache)}
+            "levers": lever_sentence(kernel, cached)}
 
 
 def lever_sentence(kernel: Mapping[str, Any] | None,
                    cache: Mapping[str, Any] | None) -> str:
-    """Which lever bought more TTFT: the kernel ladder (cold) or the prefix cache (warm/cold)."""
+    """Which lever bought more TTFT on one base rung: the kernel ladder (that rung against the
+    floor, cold) or the prefix cache (warm against cold on that rung). Bigger only when the two
+    intervals do not overlap; otherwise it cannot tell."""
     if not kernel or not cache:
-        return "not both levers measured"
-    k, c = kernel["ratio"]["estimate"], cache["ratio"]["estimate"]
-    if not k or not c:
-        return "not both levers measured"
-    kv, cv = kernel["verdict"]["text"], cache["verdict"]["text"]
-    bigger = "the prefix cache" if c > k else "the kernel ladder"
-    return (f"TTFT: kernel ladder ({kernel['rung']} vs floor, cold) {kv}; prefix cache "
-            f"(warm vs cold on {cache['rung']}) {cv}. The bigger lever here is {bigger}.")
+        return "not both levers measured on one rung"
+    k, c = kernel["ratio"], cache["ratio"]
+    if None in (k["estimate"], k["lo"], k["hi"], c["estimate"], c["lo"], c["hi"]):
+        return "not both levers measured on one rung with an interval"
+    conf = int(k["confidence"] * 100)
+
+    def one(r: Mapping[str, Any]) -> str:
+        return (f"{stats.fmt_ratio(r['estimate'])} ({conf}% CI {stats.fmt_ratio(r['lo'])}-"
+                f"{stats.fmt_ratio(r['hi'])})")
+
+    head = (f"TTFT on `{kernel['rung']}`: kernel ladder (vs `{kernel['base']}`, cold) "
+            f"{one(k)}; prefix cache (warm vs cold) {one(c)}.")
+    if c["lo"] > k["hi"]:
+        return f"{head} The prefix cache is the bigger lever on this rung."
+    if k["lo"] > c["hi"]:
+        return f"{head} The kernel ladder is the bigger lever on this rung."
+    return f"{head} The intervals overlap: cannot tell which lever is bigger."
 
 
 def summarize_concurrency(doc: Mapping[str, Any], plan: Mapping[str, Any],
@@ -379,5 +396,30 @@ def serving_section(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
             out["concurrency"] = summarize_concurrency(read_json(path), plan, stats_cfg)
         except LadderError as exc:
             missing.append({"file": path, "problem": str(exc)})
+    out["unmeasured"] = unmeasured_rungs(out)
     return out
+
+
+def unmeasured_rungs(section: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every rung that a serving experiment did not measure somewhere, with its status, the
+    points where it was not measured, its reason and a log: a table's "-" is never unexplained."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def note(status_map: Mapping[str, Any], where: str) -> None:
+        for name, st in (status_map or {}).items():
+            if st.get("status") in (None, "measured"):
+                continue
+            e = found.setdefault((name, st["status"]), {
+                "rung": name, "status": st["status"],
+                "reason": str(st.get("reason") or "").splitlines()[0] if st.get("reason") else None,
+                "log": st.get("raw") or st.get("log"), "points": []})
+            e["points"].append(where)
+
+    for exp in BENCH_EXPERIMENTS:
+        for p in section.get(exp) or []:
+            note(p.get("rung_status") or {}, f"{exp} {p['point']} t{p['threads']}")
+    for exp in ("prefix_cache", "concurrency"):
+        if section.get(exp):
+            note(section[exp].get("rung_status") or {}, exp)
+    return sorted(found.values(), key=lambda e: (e["rung"], e["status"]))
 
