@@ -3,8 +3,8 @@ import sys
 
 sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the ladder package
 from ladder.adapter import run_step
-from ladder.model import fetch
+from ladder.model import fetch, model_file
 
 run_step(snakemake, lambda: fetch(snakemake.wildcards.model, snakemake.params.spec,
-                                  dest=snakemake.output.gguf, meta_out=snakemake.output.meta,
+                                  dest=model_file(snakemake.output.meta, snakemake.wildcards.model), meta_out=snakemake.output.meta,
                                   site_dir=snakemake.params.site))

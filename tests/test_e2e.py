@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from workflow_runner import make_workdir, run_snakemake
+from workflow_runner import make_workdir, run_snakemake, shared_resources
 
 ROOT = Path(__file__).resolve().parents[1]
 E2E_CONFIG = ROOT / "tests" / "configs" / "e2e.yaml"
@@ -455,9 +455,9 @@ def test_server_faults_are_named_and_leave_no_process(report, run_dir, tmp_path)
     from ladder.server import llama_server
 
     key = next(r["build_key"] for r in report["rungs"] if r["name"] == "native_repack")
-    prov = json.loads((run_dir / "results" / "builds" / key / "provenance.json").read_text())
-    meta = json.loads((run_dir / "results" / "models" / "gemma3-270m" / "q4_0.json").read_text())
-    model = {"path": str(run_dir / meta["path"])}  # relative to the work dir
+    prov = json.loads((shared_resources() / "builds" / key / "provenance.json").read_text())
+    meta = next(m for m in report["provenance"]["models"] if m["quant"].lower() == "q4_0")
+    model = {"path": str(run_dir / meta["path"])}  # absolute, or relative to the work dir
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()

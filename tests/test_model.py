@@ -91,6 +91,16 @@ def test_hf_offline_cache(tmp_path, monkeypatch):
     dest, meta = tmp_path / "m" / "tiny.gguf", tmp_path / "m" / "tiny.json"
     model.fetch("tiny", spec, str(dest), str(meta), str(tmp_path / "site"))
     assert read_json(meta)["source"]["kind"] == "hf"
-    spec["filename"] = "other.gguf"
+    # found present with the pinned hash: left untouched, and the meta JSON has the same bytes
+    before, text = dest.stat().st_mtime_ns, meta.read_bytes()
+    spec_elsewhere = {**spec, "filename": "other.gguf"}  # would fail if it were fetched
+    model.fetch("tiny", spec_elsewhere, str(dest), str(meta), str(tmp_path / "site"))
+    assert dest.stat().st_mtime_ns == before
+    spec_elsewhere["filename"] = "tiny.gguf"
+    model.fetch("tiny", spec_elsewhere, str(dest), str(meta), str(tmp_path / "site"))
+    assert meta.read_bytes() == text
+    other = tmp_path / "n" / "tiny.gguf"
     with pytest.raises(LadderError, match="models.tiny: cannot fetch someone/tiny-GGUF/other.gguf"):
-        model.fetch("tiny", spec, str(dest), str(meta), str(tmp_path / "site"))
+        model.fetch("tiny", {**spec, "filename": "other.gguf"}, str(other), str(meta),
+                    str(tmp_path / "site"))
+    assert not list(other.parent.glob("*.part")) if other.parent.exists() else True

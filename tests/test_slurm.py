@@ -55,7 +55,8 @@ def run_slurm(workdir: Path, config: dict, *args: str,
     resources = os.environ.get("LADDER_TEST_RESOURCES", str(ROOT / "resources"))
     argv = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir),
             "--profile", str(ROOT / "profiles" / "slurm"), "--configfile", str(cfg_file),
-            "--config", f"resources_dir={resources}",
+            # its own builds: the test proves they ran inside SLURM jobs
+            "--config", f"resources_dir={resources}", f"builds_dir={workdir}/results/builds",
             # no slurmdbd here: squeue answers status queries (MinJobAge=300 in the cluster)
             "--slurm-status-command", "squeue",
             "--slurm-init-seconds-before-status-checks", "5", *args]

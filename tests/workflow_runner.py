@@ -11,11 +11,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def shared_resources() -> Path:
+    """The resources dir the workflow tests share (downloads, models, builds, ccache)."""
+    return Path(os.environ.get("LADDER_TEST_RESOURCES", str(ROOT / "resources")))
+
+
 def run_snakemake(workdir: Path, *args: str, config: Path,
                   timeout: int = 3600) -> subprocess.CompletedProcess[str]:
     """Snakemake on ``config`` in ``workdir``, sharing the project's resources (sources, models,
     ccache); ``timeout -k`` kills the whole run if it overstays."""
-    resources = os.environ.get("LADDER_TEST_RESOURCES", str(ROOT / "resources"))
+    resources = shared_resources()
     argv = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir),
             "--configfile", str(config), "--config", f"resources_dir={resources}",
             "--cores", "all", *args]

@@ -47,7 +47,7 @@ _ERROR = re.compile(r"^Error in rule (\w+):")
 _FIELD = re.compile(r"^\s+(wildcards|output|log): (.*)$")
 _END = re.compile(r"^(Error in rule|Exiting|Logfile|Complete log|Shutting down|\[\w{3} )")
 _HOST_PATH = re.compile(r"(?:results/hosts|logs)/([a-z][a-z0-9_]*)/")
-_BUILD_PATH = re.compile(r"results/builds/([0-9a-f]{16})/")
+_BUILD_PATH = re.compile(r"(?:^|[/\s])builds/([0-9a-f]{16})/")
 
 
 def failed_jobs(log_text: str) -> list[dict[str, Any]]:

@@ -31,11 +31,19 @@ from ladder.source import source_id
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
-def code_hash(*modules: str) -> str:
-    """Hash of package modules, passed as a param so a logic change reruns the rules using it."""
+SCRIPTS_DIR = PACKAGE_DIR.parent.parent / "scripts"
+
+
+def code_hash(*modules: str, script: str | None = None) -> str:
+    """Hash of package modules (and of the rule's ``script:`` adapter), passed as a param so a
+    logic change reruns the rules using it. Content, not mtime: the profiles drop Snakemake's
+    mtime-based code trigger, which reran every script rule of a fresh clone (its files are
+    newer than results shared through resources_dir)."""
     digest = hashlib.sha256()
     for mod in sorted(modules):
         digest.update((PACKAGE_DIR / f"{mod}.py").read_bytes())
+    if script:
+        digest.update((SCRIPTS_DIR / f"{script}.py").read_bytes())
     return digest.hexdigest()[:12]
 
 
@@ -182,6 +190,12 @@ class Plan:
                 na[r.name] = reason
         return cls(config, host, facts, name, rungs, sid, keys, recipes, qkey, na,
                    str(config.get("resources_dir", "resources")))
+
+    @staticmethod
+    def builds_dir_of(config: Mapping[str, Any]) -> str:
+        """Builds are content-addressed by key, so they live with the shared resources."""
+        return str(config.get("builds_dir") or
+                   f"{config.get('resources_dir', 'resources')}/builds")
 
     @staticmethod
     def source_id_of(config: Mapping[str, Any]) -> str:

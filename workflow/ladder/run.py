@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import resource
@@ -94,9 +95,18 @@ def run(
     )
 
 
+_PR_SET_PDEATHSIG = 1
+
+
 def _no_core_dumps() -> None:
     # A crashing rung must not write a core dump while the next rung is being measured.
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    # The child runs in its own session (so a timeout kills its whole group): it must also die
+    # with this process, or a SIGKILLed run would leave it measuring beside the resumed one.
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the timeout still kills the group
+        pass
 
 
 def _kill_group(pid: int) -> None:

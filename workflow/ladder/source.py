@@ -99,10 +99,11 @@ def _download(url: str, dest: Path) -> None:
     try:
         with urllib.request.urlopen(url, timeout=120) as resp, open(tmp, "wb") as out:
             shutil.copyfileobj(resp, out, 1 << 20)
+        os.replace(tmp, dest)
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        tmp.unlink(missing_ok=True)
         raise LadderError(f"source: download of {url} failed ({exc})") from exc
-    os.replace(tmp, dest)
+    finally:  # no *.part litter, whatever stopped the download (an error, a signal)
+        tmp.unlink(missing_ok=True)
 
 
 def fetch_pypi(source: Mapping[str, Any], workdir: Path, downloads: Path) -> dict[str, Any]:
@@ -113,7 +114,10 @@ def fetch_pypi(source: Mapping[str, Any], workdir: Path, downloads: Path) -> dic
         _download(url, archive)
     got = sha256_file(archive)
     if got != sha:
-        raise LadderError(f"source.sha256: {archive} has sha256 {got}, config says {sha}")
+        bad = archive.with_name(archive.name + ".sha256-mismatch")
+        os.replace(archive, bad)
+        raise LadderError(f"source.sha256: the download has sha256 {got}, config says {sha}; "
+                          f"kept aside as {bad}, not used")
     extract = workdir / "tree"
     if extract.exists():
         shutil.rmtree(extract)

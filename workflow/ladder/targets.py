@@ -79,7 +79,8 @@ def rung_paths(kind: str, rung: str, plans: dict[str, Plan]) -> list[str]:
             continue
         h = f"results/hosts/{name}"
         if kind == "build":
-            out.append(f"results/builds/{plan.build_keys[rung]}/provenance.json")
+            out.append(f"{Plan.builds_dir_of(plan.config)}/{plan.build_keys[rung]}/"
+                       "provenance.json")
             continue
         quants = plan.model_quants()
         out += [f"{h}/evidence/{m}/{q}/{rung}.json" for m, q in quants]

@@ -19,6 +19,6 @@ rule bench:
         rungs=rung_params,
         workload=lambda wc: config["measure"]["workloads"][wc.workload],
         measure=config["measure"],
-        code=code_hash("bench", "run", "parse", "host"),
+        code=code("bench", "bench", "run", "parse", "host"),
     script:
         "../../scripts/bench.py"

@@ -5,7 +5,7 @@ rule build:
         source=source_json,
         builder=builder_known,
     output:
-        provenance="results/builds/{build_key}/provenance.json",
+        provenance=f"{B}/{{build_key}}/provenance.json",
     log:
         "logs/build/{build_key}.log",
     benchmark:
@@ -49,5 +49,6 @@ rule rung:
         "../../envs/ladder.yaml"
     params:
         rung=rung_summary,
+        code=code("rung_card"),
     script:
         "../../scripts/rung_card.py"

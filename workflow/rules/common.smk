@@ -14,6 +14,8 @@ from ladder.recipes import host_arch
 HOSTS = {h.name: h for h in hosts_from_config(config, host_arch())}
 check_config(config, list(HOSTS.values()))
 R = str(config.get("resources_dir", "resources"))
+# builds and models are content-addressed, so they live beside the downloads and can be shared
+B = Plan.builds_dir_of(config)
 # models are arch-independent files: quantized once, by the first real host's quantizer build
 QUANTIZE_HOST = next((n for n, h in HOSTS.items() if not h.emulated), None)
 if QUANTIZE_HOST is None:
@@ -27,6 +29,7 @@ H = "results/hosts/{host}"
 wildcard_constraints:
     build_key="[0-9a-f]{16}",
     source_id="[0-9a-f]{16}",
+    model_sha="[0-9a-f]{16}",
     rung="[a-z][a-z0-9_]*",
     threads="[0-9]+",
     host="[a-z][a-z0-9_]*",
@@ -35,6 +38,11 @@ wildcard_constraints:
 
 
 _PLANS = {}
+
+
+def code(script, *modules):
+    """A script rule's code identity: its adapter and the package modules it runs."""
+    return code_hash(*modules, script=script)
 
 
 def host(name):
@@ -159,21 +167,38 @@ def source_json(wildcards=None):
 
 
 def provenance(build_key):
-    return f"results/builds/{build_key}/provenance.json"
+    return f"{B}/{build_key}/provenance.json"
 
 
 def rung_provenance(wildcards):
     return provenance(host_plan(wildcards.host).build_keys[wildcards.rung])
 
 
+def model_dir(model):
+    """A fetched model's folder, addressed by the sha256 its config entry pins."""
+    return f"{R}/models/{model}/{config['models'][model]['sha256'][:16]}"
+
+
 def model_meta(model, quant):
+    """The meta JSON of a model file: the fetched one, or a quant derived from it by the
+    quantizer build (whose key is in the path: another quantizer is another file)."""
     if config["models"][model]["quant"].lower() == quant.lower():
-        return f"{R}/models/{model}/{model}.json"
-    return f"results/models/{model}/{quant}.json"
+        return f"{model_dir(model)}/base.json"
+    return f"{model_dir(model)}/{host_plan(QUANTIZE_HOST).quantizer_key}/{quant}.json"
+
+
+def checked_model_spec(wildcards):
+    spec = config["models"][wildcards.model]
+    if spec["sha256"][:16] != wildcards.model_sha:
+        raise LadderError(
+            f"models.{wildcards.model}.sha256: a target asks for {wildcards.model_sha}, the "
+            f"config pins {spec['sha256'][:16]}"
+        )
+    return spec
 
 
 def quantizer_provenance(wildcards):
-    return provenance(host_plan(QUANTIZE_HOST).quantizer_key)
+    return provenance(wildcards.build_key)
 
 
 def evidence_model(wildcards):

@@ -20,7 +20,8 @@ rule dispatch:
         quants=dispatch_quants,
         settings=dispatch_settings,
         threads=dispatch_threads,
-        code=code_hash(
+        code=code(
+            "dispatch",
             "dispatch",
             "kernels",
             "uprobes",
@@ -45,7 +46,7 @@ rule ledger:
         "../../envs/ladder.yaml"
     params:
         must=config["dispatch"]["must_dispatch"],
-        code=code_hash("dispatch"),
+        code=code("ledger", "dispatch"),
     script:
         "../../scripts/ledger.py"
 
@@ -59,5 +60,7 @@ rule dispatch_gate:
         "logs/{host}/dispatch/gate.log",
     conda:
         "../../envs/ladder.yaml"
+    params:
+        code=code("dispatch_gate", "dispatch"),
     script:
         "../../scripts/dispatch_gate.py"

@@ -20,6 +20,6 @@ rule evidence:
         rung=rung_summary,
         settings=config["evidence"],
         threads=measure_threads,
-        code=code_hash("evidence", "parse", "run"),
+        code=code("evidence", "evidence", "parse", "run"),
     script:
         "../../scripts/evidence.py"

@@ -1,15 +1,16 @@
+# The .gguf beside each meta JSON is not a declared output: Snakemake would delete it before a
+# rerun, and a fetch or quantization that finds it present with the right hash leaves it alone.
 rule fetch_model:
     output:
-        gguf=f"{R}/models/{{model}}/{{model}}.gguf",
-        meta=f"{R}/models/{{model}}/{{model}}.json",
+        meta=f"{R}/models/{{model}}/{{model_sha}}/base.json",
     log:
-        "logs/model/{model}.log",
+        "logs/model/{model}-{model_sha}.log",
     conda:
         "../../envs/ladder.yaml"
     resources:
         runtime=30,
     params:
-        spec=lambda wc: config["models"][wc.model],
+        spec=lambda wc: checked_model_spec(wc),
         site=lambda wc: f"{R}/pypi/{wc.model}",
     script:
         "../../scripts/fetch_model.py"
@@ -17,15 +18,14 @@ rule fetch_model:
 
 rule quantize:
     input:
-        base=lambda wc: f"{R}/models/{wc.model}/{wc.model}.json",
+        base=f"{R}/models/{{model}}/{{model_sha}}/base.json",
         quantizer=quantizer_provenance,
     output:
-        gguf="results/models/{model}/{quant}.gguf",
-        meta="results/models/{model}/{quant}.json",
+        meta=f"{R}/models/{{model}}/{{model_sha}}/{{build_key}}/{{quant}}.json",
     log:
-        "logs/quantize/{model}-{quant}.log",
+        "logs/quantize/{model}-{model_sha}-{build_key}-{quant}.log",
     benchmark:
-        "benchmarks/quantize/{model}-{quant}.tsv"
+        "benchmarks/quantize/{model}-{model_sha}-{build_key}-{quant}.tsv"
     conda:
         "../../envs/ladder.yaml"
     threads: lambda wc: threads_of(QUANTIZE_HOST)

@@ -35,6 +35,6 @@ rule quality:
         settings=quality_settings,
         threads=measure_threads,
         logits_dir=f"{H}/quality/logits",
-        code=code_hash("quality", "parse", "run"),
+        code=code("quality", "quality", "parse", "run"),
     script:
         "../../scripts/quality.py"

@@ -13,7 +13,7 @@ rule host_report:
         stats=config["stats"],
         report=config["report"],
         cost=config["cost"],
-        code=code_hash("report", "stats", "evidence", "quality", "dispatch"),
+        code=code("report", "report", "stats", "evidence", "quality", "dispatch"),
     script:
         "../../scripts/report.py"
 
@@ -49,7 +49,7 @@ rule render:
     conda:
         "../../envs/ladder.yaml"
     params:
-        code=code_hash("render", "figures"),
+        code=code("render", "render", "figures"),
     script:
         "../../scripts/render.py"
 
@@ -80,7 +80,7 @@ rule fleet:
     params:
         hosts=[h.as_dict() for h in HOSTS.values()],
         stats=config["stats"],
-        code=code_hash("fleet", "stats"),
+        code=code("fleet", "fleet", "stats"),
     script:
         "../../scripts/fleet.py"
 

@@ -23,7 +23,7 @@ rule serve_bench:
         point=serving_point,
         settings=config["serving"],
         seed=config["measure"]["seed"],
-        code=code_hash("bench", "run", "parse", "host"),
+        code=code("serve_bench", "bench", "run", "parse", "host"),
     script:
         "../../scripts/serve_bench.py"
 
@@ -51,7 +51,7 @@ rule serve_prefix:
         settings=config["serving"],
         threads=measure_threads,
         seed=config["measure"]["seed"],
-        code=code_hash("serving", "server", "run"),
+        code=code("serve_prefix", "serving", "server", "run"),
     script:
         "../../scripts/serve_prefix.py"
 
@@ -78,6 +78,6 @@ rule serve_concurrency:
         settings=config["serving"],
         threads=measure_threads,
         seed=config["measure"]["seed"],
-        code=code_hash("serving", "run"),
+        code=code("serve_concurrency", "serving", "run"),
     script:
         "../../scripts/serve_concurrency.py"

@@ -31,8 +31,11 @@ checkpoint host_facts:
         emulated=lambda wc: host(wc.host).cpu if host(wc.host).emulated else None,
         emulation=emulation_facts_settings,
         probe_dir=f"{R}/emulation",
-        code=lambda wc: code_hash(
-            "host", "hosts", *(["emulation"] if host(wc.host).emulated else [])
+        code=lambda wc: code(
+            "host_facts",
+            "host",
+            "hosts",
+            *(["emulation"] if host(wc.host).emulated else []),
         ),
     script:
         "../../scripts/host_facts.py"
@@ -53,6 +56,6 @@ rule bandwidth:
         runtime=20,
     params:
         probe=config["report"]["bandwidth_probe"],
-        code=code_hash("bandwidth"),
+        code=code("bandwidth", "bandwidth"),
     script:
         "../../scripts/bandwidth.py"

@@ -1,0 +1,50 @@
+"""A stale Snakemake lock is cleared; a lock a live run holds never is (ladder/locks.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+from ladder.locks import clear_stale_lock, main, workdir_of
+
+
+def test_workdir_from_the_command_line(tmp_path):
+    assert workdir_of(["-n"], tmp_path) == tmp_path
+    assert workdir_of(["-d", "w", "-n"], tmp_path) == tmp_path / "w"
+    assert workdir_of(["--directory=w"], tmp_path) == tmp_path / "w"
+
+
+def test_a_stale_lock_is_removed_and_said(tmp_path, capsys):
+    locks = tmp_path / ".snakemake" / "locks"
+    locks.mkdir(parents=True)
+    (locks / "0.input.lock").write_text("x")
+    assert main(["-d", str(tmp_path)]) == 0
+    assert not list(locks.glob("*.lock"))
+    assert "stale lock (0.input.lock) was removed" in capsys.readouterr().err
+    assert clear_stale_lock(tmp_path) == ("none", [])
+
+
+def test_a_live_runs_lock_is_kept(tmp_path, capsys):
+    locks = tmp_path / ".snakemake" / "locks"
+    locks.mkdir(parents=True)
+    (locks / "0.output.lock").write_text("x")
+    # a process named snakemake working in that directory stands for a live run
+    fake = tmp_path / "bin" / "snakemake"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\nsleep 30\n")
+    fake.chmod(0o755)
+    proc = subprocess.Popen([str(fake)], cwd=tmp_path)
+    cmdline = Path(f"/proc/{proc.pid}/cmdline")
+    for _ in range(200):  # until it has exec'd (the forked child is still python at first)
+        if b"snakemake" in cmdline.read_bytes():
+            break
+        time.sleep(0.01)
+    try:
+        assert main(["--directory", str(tmp_path)]) == 1
+        assert (locks / "0.output.lock").exists()
+        assert f"pid {proc.pid}" in capsys.readouterr().err
+    finally:
+        proc.kill()
+        proc.wait()
+    assert main(["-d", str(tmp_path)]) == 0 and not (locks / "0.output.lock").exists()
