@@ -56,11 +56,15 @@ def test_git_short_sha_rejected():
         source.source_identity({"kind": "git", "url": "x", "commit": "0c1e570"})
 
 
-def _sdist(tmp_path):
+def _sdist(tmp_path, git_metadata=True):
     buf = io.BytesIO()
+    files = {"pkg-1.0/vendor/llama.cpp/CMakeLists.txt": b"project(x)\n",
+             "pkg-1.0/vendor/llama.cpp/ggml/CMakeLists.txt":
+                 b"set(GGML_VERSION_MAJOR 0)\nset(GGML_VERSION_MINOR 9)\nset(GGML_VERSION_PATCH 4)\n"}
+    if git_metadata:
+        files["pkg-1.0/.git/modules/vendor/llama.cpp/HEAD"] = b"a" * 40 + b"\n"
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name, data in {"pkg-1.0/vendor/llama.cpp/CMakeLists.txt": b"project(x)\n",
-                           "pkg-1.0/.git/modules/vendor/llama.cpp/HEAD": b"a" * 40 + b"\n"}.items():
+        for name, data in files.items():
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
@@ -83,12 +87,33 @@ def test_pypi_sdist_verified_and_commit_read(tmp_path, monkeypatch):
         source.fetch(cfg, tmp_path / "s2", tmp_path / "dl", tmp_path / "s2" / "source.json")
 
 
+def test_a_commit_the_tree_cannot_show_is_never_named(tmp_path, monkeypatch):
+    # issue 21, item 3: an overlay switched the source to another sdist (no git metadata) and
+    # kept the default's upstream_commit; the record and the binaries then claimed that commit
+    archive, sha = _sdist(tmp_path, git_metadata=False)
+    monkeypatch.setattr(source, "_pypi_sdist_url", lambda *a: archive.as_uri())
+    cfg = {"kind": "pypi", "package": "pkg", "version": "1.0", "sha256": sha,
+           "subdirectory": "vendor/llama.cpp", "upstream_commit": "a" * 40}
+    out = tmp_path / "s" / "source.json"
+    source.fetch(cfg, tmp_path / "s", tmp_path / "dl", out)
+    doc = read_json(out)
+    assert doc["upstream_commit"] is None and doc["upstream_commit_verified"] is False
+    assert doc["upstream_commit_claimed"] == "a" * 40
+    assert doc["label"] == (f"PyPI sdist pkg==1.0 (sha256 {sha[:12]}…); "
+                            "no verifiable upstream commit")
+    assert doc["tree"] == {"ggml_version": "0.9.4"}
+    assert doc["build_label"] == "src" + doc["source_id"][:4]  # stamped into the binaries
+
+
 def test_pypi_wrong_sha256_is_named(tmp_path, monkeypatch):
     archive, sha = _sdist(tmp_path)
     monkeypatch.setattr(source, "_pypi_sdist_url", lambda *a: archive.as_uri())
     cfg = {"kind": "pypi", "package": "pkg", "version": "1.0", "sha256": "0" * 64}
-    with pytest.raises(LadderError, match=f"source.sha256: .* has sha256 {sha}, config says 0+"):
+    with pytest.raises(LadderError, match=f"source.sha256: the download has sha256 {sha}, "
+                                          "config says 0+; kept aside as .*sha256-mismatch"):
         source.fetch(cfg, tmp_path / "s", tmp_path / "dl", tmp_path / "s" / "source.json")
+    assert not list((tmp_path / "dl").glob("*.part"))
+    assert list((tmp_path / "dl").glob("*.sha256-mismatch"))
 
 
 def test_unreachable_index_is_named():

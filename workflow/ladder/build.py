@@ -59,7 +59,8 @@ def cmake_configure_argv(
         argv += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache",
                  "-DGGML_CCACHE=OFF"]
     if build_commit:
-        # A tree without .git reports "unknown"; pin what llama-bench's JSON says.
+        # A tree without .git reports "unknown"; pin what llama-bench's JSON says: the verified
+        # commit, else the source's label ("src" + its id: never mistaken for a commit)
         argv += [f"-DLLAMA_BUILD_COMMIT={build_commit[:7]}", "-DLLAMA_BUILD_NUMBER=0"]
     return argv
 
@@ -162,11 +163,11 @@ def build(
         if ccache_basedir:
             env["CCACHE_BASEDIR"] = str(Path(ccache_basedir).resolve())
     configure = cmake_configure_argv(src["root"], str(build_dir), recipe, generator, use_ccache,
-                                     src.get("upstream_commit"))
+                                     src.get("build_label") or src.get("upstream_commit"))
     compile_ = ["cmake", "--build", str(build_dir), "-j", str(jobs), "--target", *recipe["targets"]]
     record: dict[str, Any] = {
         "format": FORMAT, "build_key": build_key, "material": dict(material),
-        "source": {k: src.get(k) for k in ("source_id", "upstream_commit", "root")},
+        "source": {k: src.get(k) for k in ("source_id", "upstream_commit", "label", "root")},
         "configure_argv": configure, "build_argv": compile_, "jobs": jobs,
         "log": str(log), "status": "failed", "reason": None, "ran_on": host_brief(),
     }

@@ -193,5 +193,8 @@ def quantize(*, base_meta: str, quant: str, quantizer_provenance: str, dest: str
         "sha256": sha, "size_bytes": out.stat().st_size, "requantized": True,
         "requantized_from": {"quant": base["quant"], "sha256": base["sha256"]},
         "gguf_file_type": gguf_file_type(out),
-        "quantizer": {"build_key": prov["build_key"], "argv": argv},
+        # where the quantizer binary lives and how many threads it used are left out (they are
+        # in the log): the same quant from the same build is the same record, byte for byte
+        "quantizer": {"build_key": prov["build_key"], "tool": "llama-quantize",
+                      "args": ["--allow-requantize", quant.upper()]},
     })

@@ -322,7 +322,8 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
         "control": plan.get("control"), "twin": plan.get("twin"),
         "provenance": {
             "source": {k: src.get(k) for k in ("identity", "source_id", "upstream_commit",
-                                               "upstream_commit_verified")},
+                                               "upstream_commit_verified",
+                                               "upstream_commit_claimed", "label", "tree")},
             "host": host_doc,
             "host_config": plan.get("host"),
             "ran_on": ran_on,

@@ -178,23 +178,63 @@ def fetch(source: Mapping[str, Any], workdir: Path, downloads: Path, out_json: P
     elif kind == "git":
         info = fetch_git(source, workdir)
     else:
-        info = {"root": identity["path"], "upstream_commit_found": None}
+        root = Path(identity["path"])
+        # a local checkout shows its commit; a plain tree shows none
+        head = _git("rev-parse", "HEAD", cwd=root) if (root / ".git").exists() else None
+        info = {"root": identity["path"], "upstream_commit_found": head}
     expected = source.get("upstream_commit") or (source.get("commit") if kind == "git" else None)
     found = info.get("upstream_commit_found")
     if expected and found and found.lower() != str(expected).lower():
         raise LadderError(
             f"source.upstream_commit: the source says {found}, config says {expected}"
         )
-    commit = (found or expected or None)
+    source_id = canonical_hash(identity, 16)
+    # A source names only the commit its own git metadata shows. A commit the config claims for
+    # a tree without metadata (e.g. one kept by a config overlay that switched the source) is
+    # recorded as a claim, never stamped into the binaries or the report as the commit.
+    commit = found.lower() if found else None
     atomic_write_json(
         out_json,
         {
             "format": "ladder-source/1",
             "identity": identity,
-            "source_id": canonical_hash(identity, 16),
+            "source_id": source_id,
             "root": info["root"],
             "upstream_commit": commit,
-            "upstream_commit_verified": bool(expected and found),
+            "upstream_commit_verified": commit is not None,
+            "upstream_commit_claimed": None if commit else expected,
+            "label": source_label(identity, commit),
+            "build_label": commit[:7] if commit else f"src{source_id[:4]}",
+            "tree": tree_says(Path(info["root"])),
             "details": {k: v for k, v in info.items() if k != "root"},
         },
     )
+
+
+def source_label(identity: Mapping[str, Any], commit: str | None) -> str:
+    """How the report names a source: its verified commit, else what identifies it."""
+    if commit:
+        return f"llama.cpp {commit[:12]} (verified from the source's git metadata)"
+    kind = identity["kind"]
+    if kind == "pypi":
+        what = (f"PyPI sdist {identity['package']}=={identity['version']} "
+                f"(sha256 {identity['sha256'][:12]}…)")
+    elif kind == "path":
+        what = f"local tree {identity['path']} (fingerprint {identity['fingerprint'][:12]})"
+    else:
+        what = f"{kind} source"
+    return f"{what}; no verifiable upstream commit"
+
+
+_GGML_VERSION = re.compile(r"set\(GGML_VERSION_(MAJOR|MINOR|PATCH)\s+(\d+)\)")
+
+
+def tree_says(root: Path) -> dict[str, Any]:
+    """What the tree itself says about its version, without git: ggml's version numbers."""
+    try:
+        text = (root / "ggml" / "CMakeLists.txt").read_text(errors="replace")
+    except OSError:
+        return {"ggml_version": None}
+    parts = dict(_GGML_VERSION.findall(text))
+    version = ".".join(parts[k] for k in ("MAJOR", "MINOR", "PATCH")) if len(parts) == 3 else None
+    return {"ggml_version": version}

@@ -39,13 +39,18 @@ def _merge(base: MutableMapping[str, Any], over: MutableMapping[str, Any]) -> No
             base[k] = v
 
 
-def load_config(configfiles: Sequence[str]) -> dict[str, Any]:
+def load_config(configfiles: Sequence[str], overrides: Sequence[str] = ()) -> dict[str, Any]:
     config: dict[str, Any] = {}
     for f in ["config/config.yaml", *configfiles]:
         try:
             _merge(config, yaml.safe_load(Path(f).read_text()) or {})
         except OSError as exc:
             raise LadderError(f"{f}: cannot read the config ({exc.strerror})") from exc
+    for item in overrides:  # snakemake's --config KEY=VALUE (top-level keys)
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise LadderError(f"--config {item!r}: expected KEY=VALUE")
+        config[key] = yaml.safe_load(value)
     validate_config(config, WORKFLOW / "schemas" / "config.schema.yaml")
     return config
 
@@ -99,9 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", action="append", default=[], help="only this host (repeatable)")
     ap.add_argument("--configfile", action="append", default=[],
                     help="config overlays, as given to snakemake")
+    ap.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE",
+                    help="config values, as given to snakemake (e.g. resources_dir=/shared)")
     args = ap.parse_args(argv)
     try:
-        config = load_config(args.configfile)
+        config = load_config(args.configfile, args.config)
         for p in rung_paths(args.kind, args.rung, host_plans(config, args.host)):
             print(p)
     except LadderError as exc:
