@@ -173,3 +173,43 @@ def test_two_work_dirs_share_the_resources(killed_and_resumed, tmp_path_factory)
     # ... and the first directory, whose cells used that model, plans nothing at all
     res = run_snakemake(first, "-n", config=cfg)
     assert "Nothing to be done" in res.stdout + res.stderr, planned(res)
+
+
+@pytest.fixture(scope="module")
+def generic_native(tmp_path_factory):
+    """Another real run: the same small config, but the native_repack rung built with the
+    floor's recipe (its build is the floor's, already there): a regression a gate must catch."""
+    work, _ = workdir(tmp_path_factory, "regressed")
+    cfg = yaml.safe_load(small_config(work / "base.yaml").read_text())
+    rungs = cfg["ladders"]["x86_64"]["rungs"]
+    native = next(r for r in rungs if r["name"] == "native_repack")
+    native.update(cmake=dict(rungs[0]["cmake"]), cpu_cflags=[])
+    changed = work / "regressed.yaml"
+    changed.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    res = run_snakemake(work, config=changed)
+    if res.returncode != 0:
+        pytest.fail(f"the regressed run failed:\n{res.stderr[-6000:]}")
+    return work
+
+
+def compare_cli(base: Path, new: Path, out: Path, *gate: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ladder.compare", str(base), str(new),
+                           "--out", str(out), *gate], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_compare_gates_a_real_regression(killed_and_resumed, generic_native, tmp_path):
+    first = killed_and_resumed[0]
+    base = first / "results/hosts/local/report/ladder.json"
+    new = generic_native / "results/hosts/local/report/ladder.json"
+    res = compare_cli(base, new, tmp_path / "c", "--fail-on", "slower,lost-claim")
+    assert res.returncode == 3, res.stdout + res.stderr
+    doc = json.loads((tmp_path / "c" / "compare.json").read_text())
+    slow = [r for r in doc["rows"] if r["rung"] == "native_repack" and r["call"] == "slower"]
+    assert slow, doc["rows"]  # the generic build is several times slower, far beyond any floor
+    assert any("repack" in line for line in doc["findings"]["lost-claim"])
+    assert "gate failed" in res.stderr and "native_repack" in res.stderr
+    assert (tmp_path / "c" / "compare.html").read_text().startswith("<!DOCTYPE html>")
+    # the same pair without a gate, and a gate on something that did not happen, pass
+    assert compare_cli(base, new, tmp_path / "d").returncode == 0
+    assert compare_cli(base, new, tmp_path / "e", "--fail-on", "new-drift").returncode == 0

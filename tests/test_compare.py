@@ -1,0 +1,58 @@
+"""`ladder compare` on bad input (tests/test_resume.py compares two real runs end to end)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from ladder import compare
+from ladder.errors import LadderError
+
+FIX = Path(__file__).parent / "fixtures"
+REPORT = FIX / "report" / "ladder.json"  # a real default run (tests/fixtures/README.md)
+
+
+def test_another_format_is_named(tmp_path):
+    other = FIX / "x86_64" / "quality" / "q4_0-floor.json"  # a real ladder-quality/1 record
+    with pytest.raises(LadderError, match=r"q4_0-floor.json: not a ladder report \(format "
+                                          r"'ladder-quality/1', expected 'ladder-report/1'\)"):
+        compare.load_report(str(other))
+    with pytest.raises(LadderError, match="not a ladder report"):
+        bad = tmp_path / "list.json"
+        bad.write_text("[1, 2]")
+        compare.load_report(str(bad))
+
+
+def test_two_reports_with_nothing_in_common_are_refused():
+    base = compare.load_report(str(REPORT))
+    new = copy.deepcopy(base)
+    for c in new["cells"]:
+        c["threads"] += 6  # another machine size: no cell at the same thread count
+    with pytest.raises(LadderError, match="share no model x quant x workload x threads cell"):
+        compare.compare(base, new)
+
+
+def test_cells_whose_workload_differs_are_not_compared():
+    base = compare.load_report(str(REPORT))
+    new = copy.deepcopy(base)
+    new["cells"][0]["workload_spec"] = {"n_prompt": 512, "n_gen": 0}
+    out = compare.compare(base, new)
+    c = base["cells"][0]
+    assert {"cell": f"{c['quant']} {c['workload']} t{c['threads']}",
+            "differ": ["workload spec"]} in out["not_comparable"]
+    assert not any(r["cell"] == out["not_comparable"][0]["cell"] for r in out["rows"])
+
+
+def test_unknown_gate_is_named():
+    base = compare.load_report(str(REPORT))
+    with pytest.raises(LadderError, match="--fail-on: faster unknown"):
+        compare.gate(compare.compare(base, base), ["faster"])
+
+
+def test_cli_error_is_one_line(tmp_path, capsys):
+    assert compare.main([str(tmp_path / "missing.json"), str(REPORT)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ladder compare: ") and len(err.strip().splitlines()) == 1

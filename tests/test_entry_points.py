@@ -1,0 +1,67 @@
+"""What a user types first (issue 14): `snakemake --cores 1 report` and the default target plan
+the whole chain in a fresh work dir, before anything ran; a dry run names hosts it cannot plan."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# every stage of the default run, in dataflow order
+STAGES = ["fetch_source", "host_facts", "build", "fetch_model", "quantize", "evidence", "bench",
+          "fetch_corpus", "quality", "dispatch", "ledger", "bandwidth", "serve_bench",
+          "serve_prefix", "serve_concurrency", "host_report", "render", "fleet"]
+
+
+def fresh(tmp_path: Path) -> Path:
+    (tmp_path / "config").mkdir()
+    shutil.copy(ROOT / "config" / "config.yaml", tmp_path / "config" / "config.yaml")
+    return tmp_path
+
+
+def dry(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(work),
+            "--config", f"resources_dir={work / 'resources'}", "-n", "--cores", "1", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=work,
+                          env={**os.environ})
+
+
+def job_counts(res: subprocess.CompletedProcess[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for line in (res.stdout + res.stderr).splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
+
+
+@pytest.mark.parametrize("target", [("report",), ()], ids=["report", "default target"])
+def test_the_first_command_plans_every_stage(tmp_path, target):
+    res = dry(fresh(tmp_path), *target)
+    assert res.returncode == 0, res.stderr[-3000:]
+    counts = job_counts(res)
+    missing = [s for s in STAGES if not counts.get(s)]
+    assert not missing, f"the plan lacks {missing}: {counts}"
+    assert counts.get("report" if target else "all") == 1
+
+
+def test_per_host_targets_keep_working(tmp_path):
+    res = dry(fresh(tmp_path), "results/hosts/local/report/ladder.html")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert job_counts(res).get("render") == 1
+
+
+def test_a_dry_run_names_the_hosts_it_cannot_plan_yet(tmp_path):
+    overlay = tmp_path / "slurm.yaml"
+    overlay.write_text("hosts:\n  - {name: local}\n"
+                       "  - {name: c7g, executor: slurm, arch: aarch64, partition: c7g, cpus: 4}\n")
+    res = dry(fresh(tmp_path), "--configfile", str(overlay))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "ladder: host c7g: planned once its host_facts job has read its facts" in res.stderr
+    assert "ladder: host local:" not in res.stderr
+    assert job_counts(res).get("bench", 0) >= 9  # this machine is planned in full

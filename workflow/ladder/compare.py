@@ -1,0 +1,216 @@
+"""Two ladder runs side by side, and a regression gate between them.
+
+    ladder compare BASE.json NEW.json [--out DIR] [--fail-on slower,lost-dispatch,new-drift]
+
+BASE and NEW are report JSONs (``ladder-report/1``) of two runs: two llama.cpp sources, two
+compilers, two config changes, or two hosts. For every rung x quant x workload x threads they
+share, NEW/BASE is the ratio of the two runs' geometric-mean round throughputs with a Welch
+t-interval on the log scale (the rounds of two runs pair nothing), judged against the larger of
+the two runs' noise floors with the ladder's rule (the whole interval beyond the band). Beside
+it: any change of the rung's dispatch verdict, evidence claims and drift flag. Cells whose
+model file, workload or thread count differ are listed as not comparable, never compared.
+
+Writes compare.json, compare.md and compare.html (standalone) to --out (default: the current
+directory) and prints the Markdown. ``--fail-on`` makes it exit 3 when a selected kind of
+change is found, naming the cells: ``slower`` (a called slowdown), ``lost-dispatch`` (a cell
+DISPATCHED/HYBRID in BASE that is not in NEW), ``new-drift`` (a drift flag NEW has and BASE
+had not), ``lost-claim`` (an evidence claim credited in BASE, not in NEW).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ladder import stats
+from ladder.dispatch import CREDITED
+from ladder.errors import LadderError
+from ladder.io import atomic_write_json, atomic_write_text, read_json
+
+FORMAT = "ladder-compare/1"
+REPORT_FORMAT = "ladder-report/1"
+GATES = ("slower", "lost-dispatch", "new-drift", "lost-claim")
+METHOD = ("NEW/BASE: ratio of the runs' geometric-mean round throughputs, Welch t-interval on the "
+          "log scale; called only when the whole interval lies beyond the larger of the two "
+          "runs' noise floors. Two runs on one machine also differ by run-to-run drift, which "
+          "neither run's interleaved floor sees: read a call near the floor with that in mind.")
+
+
+def load_report(path: str) -> dict[str, Any]:
+    doc = read_json(path)
+    if not isinstance(doc, dict) or doc.get("format") != REPORT_FORMAT:
+        got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+        raise LadderError(f"{path}: not a ladder report (format {got!r}, expected "
+                          f"{REPORT_FORMAT!r})")
+    if doc.get("emulated"):
+        raise LadderError(f"{path}: an emulated host's report has no throughput to compare")
+    return doc
+
+
+def _key(cell: Mapping[str, Any]) -> tuple[str, str, str, int]:
+    return (cell["model"]["model"], cell["quant"], cell["workload"], int(cell["threads"]))
+
+
+def _dispatch(doc: Mapping[str, Any]) -> dict[tuple[str, str, str, int], str]:
+    cells = (doc.get("ledger") or {}).get("cells") or []
+    return {(c["rung"], c["quant"], c["phase"], int(c["threads"])): c["verdict"] for c in cells}
+
+
+def _claims(doc: Mapping[str, Any], quant: str, rung: str) -> dict[str, bool]:
+    ev = (doc.get("evidence") or {}).get(quant, {}).get(rung) or {}
+    return {c["mechanism"]: bool(c["credited"]) for c in ev.get("claims") or []}
+
+
+def _drift(doc: Mapping[str, Any], quant: str, rung: str) -> bool | None:
+    q = (doc.get("quality") or {}).get(quant, {}).get(rung) or {}
+    return (q.get("drift") or {}).get("flag")
+
+
+def _phase(cell: Mapping[str, Any]) -> str | None:
+    spec = cell.get("workload_spec") or {}
+    if bool(spec.get("n_prompt")) == bool(spec.get("n_gen")):
+        return None
+    return "prefill" if spec.get("n_prompt") else "decode"
+
+
+def _not_comparable(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    why = []
+    if a["model"].get("sha256") != b["model"].get("sha256"):
+        why.append("model file")
+    if (a.get("workload_spec") or {}) != (b.get("workload_spec") or {}):
+        why.append("workload spec")
+    return why
+
+
+def compare(base: Mapping[str, Any], new: Mapping[str, Any], confidence: float = 0.95,
+            base_name: str = "BASE", new_name: str = "NEW") -> dict[str, Any]:
+    """Pure: two report documents in, the comparison out."""
+    bcells = {_key(c): c for c in base["cells"]}
+    ncells = {_key(c): c for c in new["cells"]}
+    shared = sorted(set(bcells) & set(ncells))
+    if not shared:
+        raise LadderError(
+            f"{base_name} and {new_name} share no model x quant x workload x threads cell "
+            f"({base_name}: {sorted(bcells)[:4]}…; {new_name}: {sorted(ncells)[:4]}…)")
+    bdisp, ndisp = _dispatch(base), _dispatch(new)
+    rows: list[dict[str, Any]] = []
+    not_comparable: list[dict[str, Any]] = []
+    findings: dict[str, list[str]] = {g: [] for g in GATES}
+    for key in shared:
+        b, n = bcells[key], ncells[key]
+        where = f"{key[1]} {key[2]} t{key[3]}"
+        why = _not_comparable(b, n)
+        if why:
+            not_comparable.append({"cell": where, "differ": why})
+            continue
+        floors = [b["noise_floor"].get("floor"), n["noise_floor"].get("floor")]
+        floor = None if None in floors else max(floors)  # type: ignore[type-var]
+        phase = _phase(b)
+        for rung in [r for r in b["rungs"] if r in n["rungs"]]:
+            rb, rn = b["rungs"][rung], n["rungs"][rung]
+            a_means, n_means = rb.get("round_means") or [], rn.get("round_means") or []
+            if not a_means or not n_means:
+                status = (n.get("rung_status") or {}).get(rung, {}).get("status")
+                rows.append({"cell": where, "rung": rung, "ratio": None, "call": "not measured",
+                             "text": f"not measured in both runs ({status or 'no rounds'})"})
+                continue
+            r = stats.unpaired_ratio_ci(a_means, n_means, confidence)
+            v = stats.verdict(r, floor)
+            row: dict[str, Any] = {
+                "cell": where, "rung": rung, "base_median": rb.get("median"),
+                "new_median": rn.get("median"), "ratio": asdict(r), "floor": floor,
+                "call": v.call, "text": v.text.replace("paired rounds", "rounds"),
+                "changes": []}
+            if v.call == "slower":
+                findings["slower"].append(f"{where} {rung}: {row['text']}")
+            if phase:
+                dk = (rung, key[1], phase, key[3])
+                before, after = bdisp.get(dk), ndisp.get(dk)
+                if before != after and (before or after):
+                    row["changes"].append(f"dispatch {before or '-'} -> {after or '-'}")
+                    if before in CREDITED and after not in CREDITED:
+                        findings["lost-dispatch"].append(
+                            f"{where} {rung}: dispatch {before} -> {after or 'not measured'}")
+            cb, cn = _claims(base, key[1], rung), _claims(new, key[1], rung)
+            for mech in sorted(set(cb) | set(cn)):
+                if cb.get(mech) != cn.get(mech):
+                    row["changes"].append(f"claim {mech}: {cb.get(mech)} -> {cn.get(mech)}")
+                    if cb.get(mech) and not cn.get(mech):
+                        findings["lost-claim"].append(f"{where} {rung}: {mech} no longer "
+                                                      "credited")
+            db, dn = _drift(base, key[1], rung), _drift(new, key[1], rung)
+            if db != dn:
+                row["changes"].append(f"drift flag {db} -> {dn}")
+                if dn and not db:
+                    findings["new-drift"].append(f"{where} {rung}: drift flagged in {new_name}")
+            rows.append(row)
+    only = {base_name: [" ".join(map(str, k)) for k in sorted(set(bcells) - set(ncells))],
+            new_name: [" ".join(map(str, k)) for k in sorted(set(ncells) - set(bcells))]}
+    return {
+        "format": FORMAT,
+        "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "base": _run_summary(base, base_name), "new": _run_summary(new, new_name),
+        "method": METHOD, "rows": rows, "not_comparable": not_comparable,
+        "only_in": only, "findings": {g: f for g, f in findings.items() if f},
+    }
+
+
+def _run_summary(doc: Mapping[str, Any], name: str) -> dict[str, Any]:
+    src = doc["provenance"]["source"]
+    host = doc["provenance"]["host"]
+    return {"name": name, "generated_at": doc.get("generated_at"),
+            "source": src.get("label") or src.get("upstream_commit"),
+            "cpu": host.get("cpu_model"), "host": host.get("host") or host.get("hostname"),
+            "compiler": (host.get("compiler") or {}).get("version")
+            if isinstance(host.get("compiler"), dict) else host.get("compiler")}
+
+
+def gate(result: Mapping[str, Any], fail_on: Sequence[str]) -> list[str]:
+    """The findings that fail the gate (empty: it passes)."""
+    unknown = [g for g in fail_on if g not in GATES]
+    if unknown:
+        raise LadderError(f"--fail-on: {', '.join(unknown)} unknown (known: {', '.join(GATES)})")
+    return [f"{g}: {line}" for g in fail_on for line in result["findings"].get(g, [])]
+
+
+def render(result: Mapping[str, Any]) -> tuple[str, str]:
+    from ladder.render import environment
+
+    env = environment("")
+    return (env.get_template("compare.md.j2").render(doc=result),
+            env.get_template("compare.html.j2").render(doc=result))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="ladder compare", description=__doc__.splitlines()[0])
+    ap.add_argument("base", help="the baseline run's report JSON")
+    ap.add_argument("new", help="the new run's report JSON")
+    ap.add_argument("--out", default=".", help="where compare.{json,md,html} go")
+    ap.add_argument("--fail-on", default="", help=f"comma list of {', '.join(GATES)}")
+    ap.add_argument("--confidence", type=float, default=0.95)
+    args = ap.parse_args(argv)
+    try:
+        fail_on = [g for g in args.fail_on.split(",") if g]
+        result = compare(load_report(args.base), load_report(args.new), args.confidence)
+        failed = gate(result, fail_on)
+        md, html = render(result)
+        out = Path(args.out)
+        atomic_write_json(out / "compare.json", result)
+        atomic_write_text(out / "compare.md", md)
+        atomic_write_text(out / "compare.html", html)
+    except LadderError as exc:
+        print(f"ladder compare: {exc}", file=sys.stderr)
+        return 1
+    print(md)
+    if failed:
+        print("ladder compare: gate failed:\n  " + "\n  ".join(failed), file=sys.stderr)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
