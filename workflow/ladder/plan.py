@@ -380,12 +380,19 @@ class Plan:
                 return p
         raise LadderError(f"serving: no point {experiment}/{point}/t{threads} in the plan")
 
+    def rung_entry(self, r: Rung, provenance: Any) -> dict[str, Any]:
+        """What a measuring job gets for one rung: its settings and its build's provenance."""
+        return {**self.rung_summary(r), "provenance": provenance(self.build_keys[r.name])}
+
+    def rung_entries(self, provenance: Any) -> list[dict[str, Any]]:
+        return [self.rung_entry(r, provenance) for r in self.applicable]
+
     def serving_rungs(self, p: Mapping[str, Any], provenance: Any) -> list[dict[str, Any]]:
         def entry(r: Rung) -> dict[str, Any]:
-            return {**self.rung_summary(r), "provenance": provenance(self.build_keys[r.name])}
+            return self.rung_entry(r, provenance)
 
         if p["experiment"] != "toggle":
-            return [entry(r) for r in self.applicable]
+            return self.rung_entries(provenance)
         base = entry(self.rung(p["base"]))
         variant = serving.toggle_variant(self.serving, self.ladder_name) or {}
         out = [base, serving.variant_rung(base, variant)]
@@ -393,17 +400,6 @@ class Plan:
         if control and control.twin_of == p["base"] and control.name not in self.not_applicable:
             out.append(entry(control))
         return out
-
-    def serving_server_needed(self) -> list[str]:
-        need = []
-        if (self.serving.get("prefix_cache") or {}).get("enabled"):
-            need.append("llama-server")
-        if (self.serving.get("concurrency") or {}).get("enabled"):
-            need.append("llama-batched-bench")
-        return need
-
-    def corpus_id(self) -> str:
-        return self.corpus_id_of(self.config)
 
     def report_plan(self) -> dict[str, Any]:
         control = self.control

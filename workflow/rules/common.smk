@@ -214,11 +214,8 @@ def bench_inputs(wildcards):
 
 
 def rung_params(wildcards):
-    plan = host_plan(wildcards.host)
-    return [
-        {**plan.rung_summary(r), "provenance": provenance(plan.build_keys[r.name])}
-        for r in plan.applicable
-    ]
+    """Every applicable rung's entry (settings + build provenance): bench and serving jobs."""
+    return host_plan(wildcards.host).rung_entries(provenance)
 
 
 def rung_summary(wildcards):
@@ -428,14 +425,6 @@ def serving_point(wildcards):
 def serving_point_rungs(wildcards):
     plan = host_plan(wildcards.host)
     return plan.serving_rungs(serving_point(wildcards), provenance)
-
-
-def serving_all_rungs(wildcards):
-    plan = host_plan(wildcards.host)
-    return [
-        {**plan.rung_summary(r), "provenance": provenance(plan.build_keys[r.name])}
-        for r in plan.applicable
-    ]
 
 
 # a dry run names the hosts whose jobs it cannot list yet

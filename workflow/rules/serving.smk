@@ -47,7 +47,7 @@ rule serve_prefix:
         mem_mb=host_mem(6000),
         runtime=120,
     params:
-        rungs=serving_all_rungs,
+        rungs=rung_params,
         settings=config["serving"],
         threads=measure_threads,
         seed=config["measure"]["seed"],
@@ -74,7 +74,7 @@ rule serve_concurrency:
         mem_mb=host_mem(6000),
         runtime=120,
     params:
-        rungs=serving_all_rungs,
+        rungs=rung_params,
         settings=config["serving"],
         threads=measure_threads,
         seed=config["measure"]["seed"],
