@@ -10,6 +10,6 @@ run_step(snakemake, lambda: measure(
     quant=snakemake.wildcards.quant, workload_name=snakemake.wildcards.workload,
     workload=snakemake.params.workload, threads=int(snakemake.wildcards.threads), rungs=snakemake.params.rungs,
     model_meta=snakemake.input.model, rounds=m["rounds"], reps=m["repetitions"], seed=m["seed"],
-    warmup=m["warmup"], timeout_s=m["timeout_s"], raw_dir=snakemake.output.raw,
+    warmup=m["warmup"], timeout_s=m["timeout_s"], disturbance=m.get("disturbance"), raw_dir=snakemake.output.raw,
     out_json=snakemake.output.samples, log=snakemake.log[0], warmup_rounds=m["warmup_rounds"],
 ))

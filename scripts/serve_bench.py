@@ -12,5 +12,5 @@ run_step(snakemake, lambda: measure(
     rungs=snakemake.params.rungs, model_meta=snakemake.input.model, rounds=s["rounds"], reps=1,
     seed=snakemake.params.seed, warmup=True, timeout_s=s["timeout_s"],
     raw_dir=snakemake.output.raw, out_json=snakemake.output.samples, log=snakemake.log[0],
-    warmup_rounds=0,
+    warmup_rounds=0, disturbance=snakemake.params.disturbance,
 ))

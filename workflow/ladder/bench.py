@@ -76,24 +76,58 @@ def built_rungs(rungs: Sequence[Mapping[str, Any]], where: str
     return active, status, bins
 
 
+DEFAULT_DISTURBANCE = {"foreign_cpu_max": 0.10, "steal_max": 0.05, "max_remeasure": 3}
+
+
+def disturbed(machine: Mapping[str, float], limits: Mapping[str, Any]) -> str | None:
+    """Why a run clearly did not get its CPUs (pure), or None: other processes used more than
+    ``foreign_cpu_max`` of the machine's CPU time over its wall time, or the hypervisor stole
+    more than ``steal_max``."""
+    foreign, steal = machine.get("foreign_cpu_share"), machine.get("steal_share")
+    if foreign is not None and foreign > limits["foreign_cpu_max"]:
+        return f"other processes used {foreign * 100:.0f} % of the CPUs"
+    if steal is not None and steal > limits["steal_max"]:
+        return f"the hypervisor stole {steal * 100:.0f} % of the CPUs"
+    return None
+
+
 def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], threads: int,
             rungs: Sequence[Mapping[str, Any]], model_meta: str, rounds: int, reps: int,
             seed: int, warmup: bool, timeout_s: float, raw_dir: str, out_json: str,
-            log: str, warmup_rounds: int = 1) -> dict[str, Any]:
+            log: str, warmup_rounds: int = 1,
+            disturbance: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Run ``warmup_rounds + rounds`` interleaved rounds; warmup-round samples are kept but
-    flagged (``"warmup": true``) and never enter the statistics."""
+    flagged (``"warmup": true``) and never enter the statistics.
+
+    Every run records what it got from the machine (its CPU time; the other processes' and the
+    hypervisor's share of the CPUs meanwhile). A measured round in which a run was clearly
+    disturbed is measured again in a fresh order, up to ``max_remeasure`` times; the disturbed
+    attempt's samples are kept, marked, and never enter the statistics. A round still disturbed
+    after that is recorded as unresolved (the report says "disturbed", never "within noise")."""
+    limits = {**DEFAULT_DISTURBANCE, **(disturbance or {})}
     model = read_json(model_meta)
     raw = Path(raw_dir)
     raw.mkdir(parents=True, exist_ok=True)
     active, status, bins = built_rungs(rungs, f"bench {quant}/{workload_name}/t{threads}")
     cell = f"{quant}/{workload_name}/t{threads}"
-    orders = round_orders(active, warmup_rounds + rounds, seed, cell)
+    planned = warmup_rounds + rounds
+    # spare orders from the same seeded sequence, for re-measured rounds
+    orders = round_orders(active, planned + rounds * limits["max_remeasure"], seed, cell)
+    spare = iter(orders[planned:])
     brief = host_brief()
     samples: list[dict[str, Any]] = []
     by_name = {r["name"]: r for r in rungs}
     log_lines: list[str] = []
-    total = len(orders)
-    for rnd, order in enumerate(orders):
+    remeasured: list[dict[str, Any]] = []
+    unresolved: list[int] = []
+    used_orders: list[list[str]] = []
+
+    def one_round(rnd: int, attempt: int, order: list[str]) -> tuple[list[dict[str, Any]],
+                                                                      list[str]]:
+        got: list[dict[str, Any]] = []
+        reasons: list[str] = []
+        tag = ["warmup"] if rnd < warmup_rounds else []
+        tag += [f"re-measure {attempt}"] if attempt else []
         for pos, name in enumerate(order):
             if status[name]["status"] != "measured":
                 continue  # crashed earlier: a deterministic crash is not re-run every round
@@ -101,27 +135,32 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
             argv = bench_argv(bins[name], model["path"], workload, threads, reps, warmup,
                               r["bench_argv"])
             res = run(argv, env=r["env"], timeout_s=timeout_s)
-            stem = raw / f"round{rnd:02d}-{pos:02d}-{name}"
+            stem = raw / (f"round{rnd:02d}-{pos:02d}-{name}" if not attempt
+                          else f"round{rnd:02d}a{attempt}-{pos:02d}-{name}")
             atomic_write_text(f"{stem}.json", res.stdout)
             atomic_write_text(f"{stem}.stderr.log",
                               f"$ {' '.join(argv)}\n# env {r['env']}\n{res.stderr}")
-            log_lines.append(f"round {rnd} pos {pos} {name}: rc={res.returncode} "
-                             f"wall={res.wall_s:.2f}s rss={res.peak_rss_kib}KiB")
+            why = disturbed(res.machine, limits)
+            log_lines.append(f"round {rnd} attempt {attempt} pos {pos} {name}: "
+                             f"rc={res.returncode} wall={res.wall_s:.2f}s "
+                             f"cpu={res.cpu_s:.2f}s rss={res.peak_rss_kib}KiB "
+                             f"machine={res.machine}" + (f" DISTURBED: {why}" if why else ""))
             failure = res.failure()
-            tag = ["warmup"] if rnd < warmup_rounds else []
             if failure:
-                progress.step("round", rnd + 1, total, name, failure.splitlines()[0], *tag)
+                progress.step("round", rnd + 1, planned, name, failure.splitlines()[0], *tag)
                 status[name].update(status="crashed" if res.signal_name else "failed",
                                     reason=failure, round=rnd, raw=f"{stem}.stderr.log")
                 continue
+            if why:
+                reasons.append(f"{name}: {why}")
             for rec in parse.bench_records(res.stdout, f"{stem}.json"):
                 if int(rec["n_threads"]) != threads:
                     raise LadderError(f"{stem}.json: llama-bench ran {rec['n_threads']} threads, "
                                       f"asked for {threads}")
                 for rep, (ts, ns) in enumerate(zip(rec["samples_ts"], rec["samples_ns"])):
-                    samples.append({
-                        "rung": name, "round": rnd, "order": pos, "rep": rep,
-                        "warmup": rnd < warmup_rounds,
+                    got.append({
+                        "rung": name, "round": rnd, "attempt": attempt, "order": pos,
+                        "rep": rep, "warmup": rnd < warmup_rounds,
                         "build_key": status[name]["build_key"], "n_threads": rec["n_threads"],
                         "n_prompt": rec["n_prompt"], "n_gen": rec["n_gen"],
                         "n_depth": rec.get("n_depth", 0), "tokens_per_s": float(ts),
@@ -129,10 +168,33 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
                         "model_type": rec["model_type"], "model_size": rec["model_size"],
                         "model_n_params": rec.get("model_n_params"),
                         "repack": rec.get("repack"), "peak_rss_kib": res.peak_rss_kib,
-                        "wall_s": round(res.wall_s, 3), "raw": f"{stem}.json", **brief,
+                        "wall_s": round(res.wall_s, 3), "raw": f"{stem}.json",
+                        "cpu_share": round(res.cpu_s / (res.wall_s * threads), 4)
+                        if res.wall_s > 0 else None,
+                        **{k: res.machine.get(k) for k in ("foreign_cpu_share", "steal_share")},
+                        "disturbed": why, **brief,
                     })
-                progress.step("round", rnd + 1, total, name,
-                              f"{float(np.mean(rec['samples_ts'])):.1f} tok/s", *tag)
+                progress.step("round", rnd + 1, planned, name,
+                              f"{float(np.mean(rec['samples_ts'])):.1f} tok/s", *tag,
+                              *([f"DISTURBED ({why})"] if why else []))
+        return got, reasons
+
+    for rnd in range(planned):
+        order, attempt = orders[rnd], 0
+        while True:
+            used_orders.append(order)
+            got, reasons = one_round(rnd, attempt, order)
+            samples += got
+            if not reasons or rnd < warmup_rounds:  # a warmup round never counts anyway
+                break
+            for s in got:  # the whole attempt is set aside: its rungs no longer pair cleanly
+                s["disturbed"] = s["disturbed"] or "round disturbed: " + "; ".join(reasons)
+            remeasured.append({"round": rnd, "attempt": attempt, "reasons": reasons})
+            if attempt >= limits["max_remeasure"]:
+                unresolved.append(rnd)
+                break
+            attempt += 1
+            order = next(spare, order)
     with open(log, "a") as f:  # beside the progress lines the job's logger already wrote
         f.write("\n".join(log_lines) + "\n")
     doc = {
@@ -142,7 +204,8 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
         "rounds": rounds, "warmup_rounds": warmup_rounds, "repetitions": reps, "seed": seed,
         "order_seed": {"cell": cell, "seed": cell_seed(seed, cell)},
         "warmup": warmup,
-        "orders": orders, "host": brief, "rungs": status, "samples": samples,
+        "orders": used_orders, "host": brief, "rungs": status, "samples": samples,
+        "disturbance": {"limits": limits, "remeasured": remeasured, "unresolved": unresolved},
     }
     atomic_write_json(out_json, doc)
     return doc

@@ -109,9 +109,14 @@ def headline_lines(doc: dict[str, Any], html_path: str | Path) -> list[str]:
         nf = c.get("noise_floor") or {}
         floor = nf.get("floor")
         check = nf.get("control_check") or {}
+        dist = c.get("disturbance") or {}
         lines.append(f"ladder: {host} · {c['quant']} {c['workload']} · {c['threads']} threads "
                      f"(noise floor {'-' if floor is None else f'±{floor * 100:.1f} %'}"
-                     + ("; " + check["text"] if check.get("passed") is False else "") + ")")
+                     + ("; " + check["text"] if check.get("passed") is False else "")
+                     + (f"; {dist['remeasured']} disturbed round(s) measured again"
+                        if dist.get("remeasured") else "")
+                     + (f"; round(s) {dist['unresolved']} stayed disturbed"
+                        if dist.get("unresolved") else "") + ")")
         for s in c.get("steps") or []:
             bits = [f"{s['rung']} over {s['base']}: {s['verdict']['text']}"]
             att = s.get("attribution") or {}

@@ -25,6 +25,9 @@ class RunResult:
     peak_rss_kib: int
     timed_out: bool = False
     env: dict[str, str] = field(default_factory=dict)
+    # what the process got from the machine over its run (see machine_share)
+    cpu_s: float = 0.0  # the tool's own user + system CPU time
+    machine: dict[str, float] = field(default_factory=dict)
 
     @property
     def signal_name(self) -> str | None:
@@ -58,6 +61,7 @@ def run(
 ) -> RunResult:
     """Run without a shell (config values never meet a shell), in its own process group."""
     full_env = {**os.environ, **(env or {})}
+    before, self_before = cpu_jiffies(), resource.getrusage(resource.RUSAGE_SELF)
     start = time.monotonic()
     with (
         open(os.devnull, "rb") as devnull,
@@ -85,6 +89,7 @@ def run(
         proc.returncode = os.waitstatus_to_exitcode(status)
         _kill_group(proc.pid)  # no helper process outlives the run
         wall = time.monotonic() - start
+        after, self_after = cpu_jiffies(), resource.getrusage(resource.RUSAGE_SELF)
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
@@ -92,7 +97,43 @@ def run(
         argv=list(argv), returncode=proc.returncode, stdout=stdout, stderr=stderr, wall_s=wall,
         peak_rss_kib=int(rusage.ru_maxrss) if rusage else 0, timed_out=timed_out,
         env=dict(env or {}),
+        cpu_s=(rusage.ru_utime + rusage.ru_stime) if rusage else 0.0,
+        machine=machine_share(before, after, wall,
+                              (rusage.ru_utime + rusage.ru_stime) if rusage else 0.0,
+                              (self_after.ru_utime + self_after.ru_stime)
+                              - (self_before.ru_utime + self_before.ru_stime)),
     )
+
+
+_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_jiffies() -> tuple[int, int, int] | None:
+    """(busy, steal, all) jiffies of the whole machine since boot, from /proc/stat's cpu line
+    (busy = user + nice + system + irq + softirq; guest time is inside user)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, idle, iowait, irq, softirq = fields[:7]
+    steal = fields[7] if len(fields) > 7 else 0
+    return user + nice + system + irq + softirq, steal, sum(fields[:8])
+
+
+def machine_share(before: tuple[int, int, int] | None, after: tuple[int, int, int] | None,
+                  wall_s: float, tool_cpu_s: float, self_cpu_s: float) -> dict[str, float]:
+    """What else the machine did while a tool ran: the share of all CPUs over its wall time
+    that other processes used (foreign) and that the hypervisor took (steal). Pure."""
+    if before is None or after is None or wall_s <= 0:
+        return {}
+    ncpu = os.cpu_count() or 1
+    busy_s = (after[0] - before[0]) / _HZ
+    steal_s = (after[1] - before[1]) / _HZ
+    capacity = wall_s * ncpu
+    foreign = max(0.0, busy_s - tool_cpu_s - self_cpu_s)
+    return {"foreign_cpu_share": round(foreign / capacity, 4),
+            "steal_share": round(steal_s / capacity, 4), "ncpu": ncpu}
 
 
 _PR_SET_PDEATHSIG = 1

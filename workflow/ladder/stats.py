@@ -44,8 +44,8 @@ class RatioEstimate:
 
 @dataclass(frozen=True)
 class Verdict:
-    # faster | slower | within noise | cannot tell | control check failed | insufficient data |
-    # no noise floor
+    # faster | slower | within noise | cannot tell | control check failed | disturbed |
+    # insufficient data | no noise floor
     call: str
     significant: bool  # the interval excludes 1
     beyond_floor: bool  # the whole interval lies beyond the floor band
@@ -236,7 +236,10 @@ def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str |
                    seed: int = 0) -> dict[str, Any]:
     """Per-rung summaries, the noise floor, and step verdicts for one measured cell."""
     check_combinable(doc)
-    samples = [s for s in doc["samples"] if not s.get("warmup")]
+    # a disturbed attempt was measured again (bench.measure): its samples never count
+    samples = [s for s in doc["samples"] if not s.get("warmup") and not s.get("disturbed")]
+    dist = doc.get("disturbance") or {}
+    unresolved = list(dist.get("unresolved") or [])
     measured = {s["rung"] for s in samples}
     names = list(ladder) + ([control] if control else [])
     rungs = {n: rung_summary(samples, n, confidence, resamples, seed) for n in names}
@@ -254,6 +257,11 @@ def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str |
     def compare(base: str, other: str, kind: str) -> dict[str, Any]:
         r = ratio_ci(paired_ratios(samples, base, other), confidence)
         v = verdict(r, floor, check["passed"])
+        if unresolved and v.call in ("insufficient data", "within noise", "cannot tell"):
+            # too few clean rounds, or no answer: the machine's fault, and said so
+            v = Verdict("disturbed", v.significant, False,
+                        f"disturbed: round(s) {', '.join(map(str, unresolved))} stayed disturbed "
+                        f"after re-measuring ({r.n} clean rounds); not judged", v.resolving_power)
         return {"kind": kind, "base": base, "rung": other, "ratio": asdict(r),
                 "verdict": asdict(v)}
 
@@ -275,4 +283,8 @@ def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str |
                         "max_round_deviation": max_dev,
                         "control_vs_twin": asdict(floor_est) if floor_est else None},
         "steps": steps, "vs_floor": vs_floor,
+        "disturbance": {"remeasured": len(dist.get("remeasured") or []),
+                        "unresolved": unresolved,
+                        "reasons": sorted({r for m in dist.get("remeasured") or []
+                                           for r in m.get("reasons") or []})[:5]},
     }

@@ -23,6 +23,7 @@ rule serve_bench:
         point=serving_point,
         settings=config["serving"],
         seed=config["measure"]["seed"],
+        disturbance=config["measure"]["disturbance"],
         code=code("serve_bench", "bench", "run", "parse", "host"),
     script:
         "../../scripts/serve_bench.py"
