@@ -93,3 +93,19 @@ def test_every_unmeasured_serving_rung_has_a_status():
         ("amx", "crashed", ["context p128 t2", "context p512 t2"]),
         ("amx", "failed", ["prefix_cache"])]
     assert out[0]["log"] == "r/round00-01-amx.stderr.log" and out[1]["reason"] == "llama-server died"
+
+
+def test_each_cell_shuffles_with_its_own_seed():
+    # issue 19, item 2: one config seed gave every cell the same sequence of orders, so a
+    # position effect landed on the same rung everywhere
+    from ladder.bench import cell_seed, round_orders
+
+    names = ["floor", "native_repack", "amx", "control"]
+    a = round_orders(names, 6, 20261129, "q4_0/tg64/t2")
+    b = round_orders(names, 6, 20261129, "q4_0/pp128/t2")
+    assert a != b
+    assert a == round_orders(names, 6, 20261129, "q4_0/tg64/t2")  # reproducible
+    assert cell_seed(20261129, "q4_0/tg64/t2") != cell_seed(20261129, "q4_0/pp128/t2")
+    # over many cells, each rung runs last about equally often
+    last = [round_orders(names, 1, 1, f"cell{i}")[0][-1] for i in range(400)]
+    assert all(60 < last.count(n) < 140 for n in names)
