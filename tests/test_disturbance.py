@@ -92,7 +92,9 @@ def test_a_disturbed_round_is_measured_again(tmp_path):
     assert "other processes used" in dist["remeasured"][0]["reasons"][0]
     assert dist["unresolved"] == []
     marked = [s for s in doc["samples"] if s["disturbed"]]
-    assert marked and all(s["round"] == 0 and s["attempt"] == 0 for s in marked)
+    assert marked and all(s["round"] == 0 for s in marked)  # the hog ran during round 0 only
+    last = max(m["attempt"] for m in dist["remeasured"])
+    assert all(s["attempt"] <= last for s in marked)
     clean = [s for s in doc["samples"] if not s["disturbed"]]
     assert sorted({(s["rung"], s["round"]) for s in clean}) == [
         (r, n) for r in ("floor", "native_repack") for n in range(3)]
