@@ -156,20 +156,26 @@ def test_a_killed_run_resumes_and_keeps_its_finished_cells(killed_and_resumed):
 def test_two_work_dirs_share_the_resources(killed_and_resumed, tmp_path_factory):
     first, cfg, _, _, _ = killed_and_resumed
     second, cfg2 = workdir(tmp_path_factory, "second")
+    # the second directory spells the shared resources dir another way (through a link)
+    link = second / "shared-resources"
+    link.symlink_to(shared_resources())
+    mine = ("--config", f"resources_dir={link}")
     # the second directory measures its own cells, and rebuilds, fetches, quantizes nothing
-    plan = planned(run_snakemake(second, "-n", config=cfg2))
+    plan = planned(run_snakemake(second, "-n", *mine, config=cfg2))
     assert plan.get("bench") == 2 and plan.get("evidence") == 3, plan
     for rule in ("build", "fetch_model", "fetch_source", "quantize"):
         assert rule not in plan, plan
     # a forced re-fetch in the second directory leaves the model file untouched ...
-    meta = json.loads(next(m for m in (shared_resources() / "models").rglob("base.json")
-                           if "gemma3-270m" in str(m)).read_text())
+    base = next((link / "models" / "gemma3-270m").glob("*/base.json"))
+    record = base.read_bytes()
+    meta = json.loads(record)
     before = os.stat(meta["path"]).st_mtime_ns
-    base = next((shared_resources() / "models" / "gemma3-270m").glob("*/base.json"))
-    res = run_snakemake(second, "--forcerun", "fetch_model", "--", str(base), config=cfg2)
+    res = run_snakemake(second, *mine, "--forcerun", "fetch_model", "--", str(base),
+                        config=cfg2)
     assert res.returncode == 0, res.stderr[-3000:]
     assert os.stat(meta["path"]).st_mtime_ns == before
     assert not list(base.parent.glob("*.part"))
+    assert base.read_bytes() == record  # the same record, whichever way the dir is spelled
     # ... and the first directory, whose cells used that model, plans nothing at all
     res = run_snakemake(first, "-n", config=cfg)
     assert "Nothing to be done" in res.stdout + res.stderr, planned(res)

@@ -155,7 +155,10 @@ def fetch(name: str, spec: Mapping[str, Any], dest: str, meta_out: str, site_dir
     check_gguf(out, f"models.{name}")
     # the same bytes whether fetched now or found: a rewrite changes no checksum downstream
     atomic_write_json(meta_out, {
-        "format": "ladder-model/1", "model": name, "quant": spec["quant"], "path": str(out),
+        # the resolved path: two work dirs that spell a shared resources_dir differently
+        # (relative, absolute, through a link) write the same record
+        "format": "ladder-model/1", "model": name, "quant": spec["quant"],
+        "path": str(out.resolve()),
         "sha256": got, "size_bytes": out.stat().st_size, "requantized": False,
         "gguf_file_type": gguf_file_type(out), "source": {"kind": kind, **_source_details(
             spec, kind)},
@@ -189,7 +192,8 @@ def quantize(*, base_meta: str, quant: str, quantizer_provenance: str, dest: str
         else:
             os.replace(tmp, out)
     atomic_write_json(meta_out, {
-        "format": "ladder-model/1", "model": base["model"], "quant": quant, "path": str(out),
+        "format": "ladder-model/1", "model": base["model"], "quant": quant,
+        "path": str(out.resolve()),
         "sha256": sha, "size_bytes": out.stat().st_size, "requantized": True,
         "requantized_from": {"quant": base["quant"], "sha256": base["sha256"]},
         "gguf_file_type": gguf_file_type(out),
