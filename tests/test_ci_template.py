@@ -63,6 +63,7 @@ def test_the_workflow_steps_run_in_order(tmp_path):
         if (ROOT / f).is_file():
             (repo / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / f, repo / f)
+    shared_resources().mkdir(parents=True, exist_ok=True)  # a cold cache is an empty one
     (repo / "resources").symlink_to(shared_resources())  # actions/cache
     (repo / ".venv").symlink_to(ROOT / ".venv")
     bindir = tmp_path / "bin"  # the runner's passwordless sudo: here, run it as this user
