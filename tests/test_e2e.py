@@ -37,6 +37,7 @@ def run_dir(tmp_path_factory):
     # LADDER_E2E_WORKDIR reuses an earlier e2e work dir (development: only what changed reruns)
     work = make_workdir(tmp_path_factory, "LADDER_E2E_WORKDIR", "e2e")
     res = snakemake(work)
+    (work / "console.log").write_text(res.stdout + res.stderr)  # what a user saw
     if res.returncode != 0:
         pytest.fail(f"workflow failed:\n{res.stderr[-6000:]}")
     return work
@@ -159,6 +160,24 @@ def test_quality_drift_against_the_floor(report, run_dir):
     assert list((run_dir / HOST / "quality" / "logits").glob("*.kld")) == []
     md = (run_dir / HOST / "report" / "ladder.md").read_text()
     assert "## Quality drift against the floor" in md
+
+
+def test_the_console_shows_progress_and_the_answer(run_dir, report):
+    """Issue 14: the plan at the start, a line per step of long jobs, the headline at the end."""
+    out = (run_dir / "console.log").read_text()
+    if "Nothing to be done" in out:
+        pytest.skip("LADDER_E2E_WORKDIR reused a finished run: nothing ran, nothing to show")
+    assert re.search(r"^ladder: \d+ jobs planned, \d+ of them measurements \(bench \d+", out, re.M)
+    assert re.search(r"^bench local/gemma3-270m/q4_0/\w+/\d+: round \d+/5 · \w+ · [\d.]+ tok/s",
+                     out, re.M)
+    assert re.search(r"^dispatch local/gemma3-270m/\w+: cell \d+/\d+ · q4_0", out, re.M)
+    assert re.search(r"^quality local/gemma3-270m/q4_0/\w+: pass \d/\d", out, re.M)
+    # the headline: one line per ladder step, each cell's floor, and where the report is
+    steps = sum(len(c["steps"]) for c in report["cells"])
+    assert len(re.findall(r"^render local:     \w+ over \w+: ", out, re.M)) == steps
+    assert re.search(r"^render local: ladder: local · q4_0 pp64 · \d threads \(noise floor", out,
+                     re.M)
+    assert "ladder: report: results/hosts/local/report/ladder.html" in out
 
 
 def test_noop_rerun_runs_nothing(run_dir):
