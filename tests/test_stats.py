@@ -151,3 +151,51 @@ def test_refuses_to_combine_disagreeing_metadata():
     doc["samples"] = [sample("a", 0, 1.0), sample("a", 1, 1.0, build_key="other")]
     with pytest.raises(LadderError, match="rung a has samples from builds"):
         stats.check_combinable(doc)
+
+
+def _cell_rounds(rng, effect, n, drift=0.05, noise=0.03):
+    """Samples of n rounds: labels a (base), b (a x effect), control and twin (one build)."""
+    out = []
+    for i in range(n):
+        d = rng.normal(0, drift)
+        for name, mult in (("a", 1.0), ("b", effect), ("control", 1.0), ("twin", 1.0)):
+            out.append({"rung": name, "round": i, "build_key": name, "tokens_per_s":
+                        float(50 * mult * np.exp(d + rng.normal(0, noise)))})
+    return out
+
+
+def _adaptive_cell(rng, effect, adaptive):
+    """Run the stopping rule of bench.measure on simulated rounds; the final verdict."""
+    from ladder.bench import look_confidence, open_questions
+
+    conf = look_confidence(0.95, adaptive)
+    samples = []
+    for n in range(1, adaptive["max_rounds"] + 1):
+        samples += _cell_rounds(rng, effect, 1)
+        for s in samples[-4:]:
+            s["round"] = n - 1
+        if n >= adaptive["min_rounds"] and not open_questions(
+                samples, ["a", "b"], "control", "twin", conf, adaptive["target_floor"]):
+            break
+    cell = stats.summarize_cell({"quant": "q", "workload": "w", "threads": 1, "samples": samples,
+                                 "adaptive": {"confidence_per_look": conf}},
+                                ["a", "b"], "control", "twin", resamples=200)
+    return cell["steps"][0]["verdict"]["call"], n
+
+
+def test_adaptive_stopping_keeps_the_false_call_rate():
+    """Issue 18: a cell that stops as soon as it looks settled must not call more A/A
+    differences than the nominal 5 %: the looks share the error rate (Bonferroni)."""
+    rng = np.random.default_rng(3)
+    adaptive = {"min_rounds": 3, "max_rounds": 10, "target_floor": 0.05}
+    calls = sum(_adaptive_cell(rng, 1.0, adaptive)[0] in ("faster", "slower")
+                for _ in range(600))
+    assert calls / 600 <= 0.05, calls / 600
+
+
+def test_a_large_step_settles_early():
+    rng = np.random.default_rng(4)
+    adaptive = {"min_rounds": 3, "max_rounds": 10, "target_floor": 0.5}
+    results = [_adaptive_cell(rng, 20.0, adaptive) for _ in range(50)]
+    assert all(call == "faster" for call, _ in results)
+    assert np.median([n for _, n in results]) <= 4  # a 20x step needs few rounds

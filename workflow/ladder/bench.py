@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -91,11 +92,52 @@ def disturbed(machine: Mapping[str, float], limits: Mapping[str, Any]) -> str | 
     return None
 
 
+DEFAULT_ADAPTIVE = {"enabled": False, "min_rounds": 3, "max_rounds": 10, "budget_s": 1200,
+                    "target_floor": 0.05}
+
+
+def look_confidence(confidence: float, adaptive: Mapping[str, Any]) -> float:
+    """The per-look confidence of an adaptive cell: a Bonferroni split of 1 - confidence over
+    every look the stopping rule may take, so stopping when the data look settled cannot raise
+    the false-call rate above the nominal level (tests/test_stats.py simulates it)."""
+    looks = max(1, int(adaptive["max_rounds"]) - int(adaptive["min_rounds"]) + 1)
+    return 1 - (1 - confidence) / looks
+
+
+def open_questions(samples: Sequence[Mapping[str, Any]], ladder: Sequence[str],
+                   control: str | None, twin: str | None, confidence: float,
+                   target_floor: float) -> list[str]:
+    """What a cell cannot answer yet (pure): every step and vs-floor comparison not yet called
+    faster, slower or within noise (judged exactly as the report will), a failed control
+    check, and a floor wider than the config asks."""
+    from ladder import stats
+
+    ct = None
+    if control and twin:
+        ct = stats.ratio_ci(stats.paired_ratios(samples, twin, control), confidence)
+    floor = stats.noise_floor(ct) if ct else None
+    passed = stats.control_check(ct)["passed"]
+    present = [n for n in ladder if any(s["rung"] == n for s in samples)]  # not the crashed
+    pairs = list(zip(present, present[1:])) + [(present[0], r) for r in present[2:]]
+    out = []
+    for base, other in pairs:
+        v = stats.verdict(stats.ratio_ci(stats.paired_ratios(samples, base, other), confidence),
+                          floor, passed)
+        if v.call not in ("faster", "slower", "within noise"):
+            out.append(f"{other} vs {base}: {v.call}")
+    if control and twin and (floor is None or floor > target_floor):
+        out.append("noise floor " + ("unknown" if floor is None else f"±{floor * 100:.1f} %")
+                   + f" wider than ±{target_floor * 100:.1f} %")
+    return list(dict.fromkeys(out))
+
+
 def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], threads: int,
             rungs: Sequence[Mapping[str, Any]], model_meta: str, rounds: int, reps: int,
             seed: int, warmup: bool, timeout_s: float, raw_dir: str, out_json: str,
             log: str, warmup_rounds: int = 1,
-            disturbance: Mapping[str, Any] | None = None) -> dict[str, Any]:
+            disturbance: Mapping[str, Any] | None = None,
+            adaptive: Mapping[str, Any] | None = None,
+            confidence: float = 0.95) -> dict[str, Any]:
     """Run ``warmup_rounds + rounds`` interleaved rounds; warmup-round samples are kept but
     flagged (``"warmup": true``) and never enter the statistics.
 
@@ -103,8 +145,20 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
     hypervisor's share of the CPUs meanwhile). A measured round in which a run was clearly
     disturbed is measured again in a fresh order, up to ``max_remeasure`` times; the disturbed
     attempt's samples are kept, marked, and never enter the statistics. A round still disturbed
-    after that is recorded as unresolved (the report says "disturbed", never "within noise")."""
+    after that is recorded as unresolved (the report says "disturbed", never "within noise").
+
+    With ``adaptive.enabled`` the cell keeps adding measured rounds, from ``min_rounds`` up to
+    ``max_rounds`` or ``budget_s``, until every comparison is settled (called, or within noise
+    with its whole interval) and the floor is as tight as ``target_floor``; its intervals then
+    use the per-look confidence (``look_confidence``), recorded in the cell."""
     limits = {**DEFAULT_DISTURBANCE, **(disturbance or {})}
+    adapt = {**DEFAULT_ADAPTIVE, **(adaptive or {})}
+    if adapt["enabled"]:
+        rounds = int(adapt["max_rounds"])
+    conf_look = look_confidence(confidence, adapt) if adapt["enabled"] else confidence
+    ladder = [r["name"] for r in rungs if not r.get("twin_of")]
+    control = next((r["name"] for r in rungs if r.get("twin_of")), None)
+    twin = next((r["twin_of"] for r in rungs if r.get("twin_of")), None)
     model = read_json(model_meta)
     raw = Path(raw_dir)
     raw.mkdir(parents=True, exist_ok=True)
@@ -179,7 +233,11 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
                               *([f"DISTURBED ({why})"] if why else []))
         return got, reasons
 
+    stop: dict[str, Any] = {"why": "all planned rounds", "open": []}
+    measure_start: float | None = None
     for rnd in range(planned):
+        if rnd == warmup_rounds:
+            measure_start = time.monotonic()
         order, attempt = orders[rnd], 0
         while True:
             used_orders.append(order)
@@ -195,6 +253,20 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
                 break
             attempt += 1
             order = next(spare, order)
+        measured = rnd + 1 - warmup_rounds
+        if adapt["enabled"] and measured >= int(adapt["min_rounds"]):
+            clean = [s for s in samples if not s.get("warmup") and not s.get("disturbed")]
+            questions = open_questions(clean, ladder, control, twin, conf_look,
+                                       float(adapt["target_floor"]))
+            spent = time.monotonic() - (measure_start or time.monotonic())
+            stop = {"why": "settled" if not questions else (
+                "time budget" if spent > float(adapt["budget_s"]) else "all planned rounds"),
+                "open": questions, "after_rounds": measured}
+            progress.step("look", measured, rounds, "settled" if not questions
+                          else "open: " + "; ".join(questions[:3]))
+            if not questions or spent > float(adapt["budget_s"]):
+                rounds = measured
+                break
     with open(log, "a") as f:  # beside the progress lines the job's logger already wrote
         f.write("\n".join(log_lines) + "\n")
     doc = {
@@ -206,6 +278,8 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
         "warmup": warmup,
         "orders": used_orders, "host": brief, "rungs": status, "samples": samples,
         "disturbance": {"limits": limits, "remeasured": remeasured, "unresolved": unresolved},
+        "adaptive": ({**adapt, "confidence": confidence, "confidence_per_look": conf_look,
+                      "stopped": stop} if adapt["enabled"] else None),
     }
     atomic_write_json(out_json, doc)
     return doc

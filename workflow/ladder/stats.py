@@ -234,7 +234,9 @@ def rung_summary(samples: Sequence[Mapping[str, Any]], rung: str, confidence: fl
 def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
                    twin: str | None, confidence: float = 0.95, resamples: int = 10000,
                    seed: int = 0) -> dict[str, Any]:
-    """Per-rung summaries, the noise floor, and step verdicts for one measured cell."""
+    """Per-rung summaries, the noise floor, and step verdicts for one measured cell. An
+    adaptive cell (bench.measure) is judged at the per-look confidence it stopped with."""
+    confidence = float((doc.get("adaptive") or {}).get("confidence_per_look") or confidence)
     check_combinable(doc)
     # a disturbed attempt was measured again (bench.measure): its samples never count
     samples = [s for s in doc["samples"] if not s.get("warmup") and not s.get("disturbed")]

@@ -19,6 +19,7 @@ rule bench:
         rungs=rung_params,
         workload=lambda wc: config["measure"]["workloads"][wc.workload],
         measure=config["measure"],
+        confidence=config["stats"]["confidence"],
         code=code("bench", "bench", "run", "parse", "host"),
     script:
         "../../scripts/bench.py"
