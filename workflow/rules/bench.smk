@@ -10,11 +10,7 @@ rule bench:
         "../../envs/ladder.yaml"
     threads: host_threads
     resources:
-        slurm_partition=host_partition,
-        constraint=host_constraint,
-        slurm_extra=host_extra,
-        mem_mb=host_mem(4000),
-        runtime=120,
+        **host_resources(mem_mb=4000, runtime=120),
     params:
         rungs=rung_params,
         workload=lambda wc: config["measure"]["workloads"][wc.workload],

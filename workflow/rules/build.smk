@@ -14,11 +14,7 @@ rule build:
         "../../envs/ladder.yaml"
     threads: host_threads
     resources:
-        slurm_partition=host_partition,
-        constraint=host_constraint,
-        slurm_extra=host_extra,
-        mem_mb=host_mem(6000),
-        runtime=90,
+        **host_resources(mem_mb=6000, runtime=90),
     params:
         host=lambda wc: build_host(wc.build_key),
         recipe=lambda wc: host_plan(build_host(wc.build_key)).recipe_params(

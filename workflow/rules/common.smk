@@ -157,6 +157,22 @@ def host_extra(wc):
     return h.slurm_extra if h.remote else ""
 
 
+def host_resources(mem_mb=None, runtime=30, extra=True):
+    """The SLURM resources of a host's job (ignored by the local executor): its partition,
+    constraint, the host's slurm_extra (a measuring or building job: the node to itself),
+    memory and runtime."""
+    res = {
+        "slurm_partition": host_partition,
+        "constraint": host_constraint,
+        "runtime": runtime,
+    }
+    if extra:
+        res["slurm_extra"] = host_extra
+    if mem_mb:
+        res["mem_mb"] = host_mem(mem_mb)
+    return res
+
+
 def host_mem(default):
     return lambda wc: host(_host_of(wc)).mem_mb or default
 

@@ -11,11 +11,7 @@ rule evidence:
         "../../envs/ladder.yaml"
     threads: host_threads
     resources:
-        slurm_partition=host_partition,
-        constraint=host_constraint,
-        slurm_extra=host_extra,
-        mem_mb=host_mem(4000),
-        runtime=20,
+        **host_resources(mem_mb=4000, runtime=20),
     params:
         rung=rung_summary,
         settings=config["evidence"],

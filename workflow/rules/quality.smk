@@ -24,11 +24,7 @@ rule quality:
         "../../envs/ladder.yaml"
     threads: host_threads
     resources:
-        slurm_partition=host_partition,
-        constraint=host_constraint,
-        slurm_extra=host_extra,
-        mem_mb=host_mem(4000),
-        runtime=30,
+        **host_resources(mem_mb=4000, runtime=30),
     params:
         rung=rung_summary,
         reference=is_reference,

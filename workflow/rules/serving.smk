@@ -13,11 +13,7 @@ rule serve_bench:
         "../../envs/ladder.yaml"
     threads: host_threads
     resources:
-        slurm_partition=host_partition,
-        constraint=host_constraint,
-        slurm_extra=host_extra,
-        mem_mb=host_mem(6000),
-        runtime=120,
+        **host_resources(mem_mb=6000, runtime=120),
     params:
         rungs=serving_point_rungs,
         point=serving_point,
@@ -42,11 +38,7 @@ rule serve_prefix:
         "../../envs/ladder.yaml"
     threads: host_threads
     resources:
-        slurm_partition=host_partition,
-        constraint=host_constraint,
-        slurm_extra=host_extra,
-        mem_mb=host_mem(6000),
-        runtime=120,
+        **host_resources(mem_mb=6000, runtime=120),
     params:
         rungs=rung_params,
         settings=config["serving"],
@@ -69,11 +61,7 @@ rule serve_concurrency:
         "../../envs/ladder.yaml"
     threads: host_threads
     resources:
-        slurm_partition=host_partition,
-        constraint=host_constraint,
-        slurm_extra=host_extra,
-        mem_mb=host_mem(6000),
-        runtime=120,
+        **host_resources(mem_mb=6000, runtime=120),
     params:
         rungs=rung_params,
         settings=config["serving"],

@@ -23,9 +23,7 @@ checkpoint host_facts:
     conda:
         "../../envs/ladder.yaml"
     resources:
-        slurm_partition=host_partition,
-        constraint=host_constraint,
-        runtime=10,
+        **host_resources(runtime=10, extra=False),
     params:
         # an emulated host's facts come from the guest CPU (a HWCAP probe under qemu)
         emulated=lambda wc: host(wc.host).cpu if host(wc.host).emulated else None,
@@ -50,10 +48,7 @@ rule bandwidth:
         "../../envs/ladder.yaml"
     threads: host_threads
     resources:
-        slurm_partition=host_partition,
-        constraint=host_constraint,
-        slurm_extra=host_extra,
-        runtime=20,
+        **host_resources(runtime=20),
     params:
         probe=config["report"]["bandwidth_probe"],
         code=code("bandwidth", "bandwidth"),
