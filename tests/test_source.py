@@ -73,14 +73,19 @@ def _sdist(tmp_path, git_metadata=True):
     return path, hashlib.sha256(buf.getvalue()).hexdigest()
 
 
-def test_pypi_sdist_verified_and_commit_read(tmp_path, monkeypatch):
-    archive, sha = _sdist(tmp_path)
+def _fetch_sdist(tmp_path, monkeypatch, git_metadata=True):
+    """An sdist claiming upstream commit a*40, fetched: its config and its source record."""
+    archive, sha = _sdist(tmp_path, git_metadata)
     monkeypatch.setattr(source, "_pypi_sdist_url", lambda *a: archive.as_uri())
     cfg = {"kind": "pypi", "package": "pkg", "version": "1.0", "sha256": sha,
            "subdirectory": "vendor/llama.cpp", "upstream_commit": "a" * 40}
     out = tmp_path / "s" / "source.json"
     source.fetch(cfg, tmp_path / "s", tmp_path / "dl", out)
-    doc = read_json(out)
+    return cfg, read_json(out)
+
+
+def test_pypi_sdist_verified_and_commit_read(tmp_path, monkeypatch):
+    cfg, doc = _fetch_sdist(tmp_path, monkeypatch)
     assert doc["upstream_commit"] == "a" * 40 and doc["upstream_commit_verified"]
     cfg["upstream_commit"] = "b" * 40
     with pytest.raises(LadderError, match="source.upstream_commit: the source says a+, config says b+"):
@@ -90,13 +95,8 @@ def test_pypi_sdist_verified_and_commit_read(tmp_path, monkeypatch):
 def test_a_commit_the_tree_cannot_show_is_never_named(tmp_path, monkeypatch):
     # issue 21, item 3: an overlay switched the source to another sdist (no git metadata) and
     # kept the default's upstream_commit; the record and the binaries then claimed that commit
-    archive, sha = _sdist(tmp_path, git_metadata=False)
-    monkeypatch.setattr(source, "_pypi_sdist_url", lambda *a: archive.as_uri())
-    cfg = {"kind": "pypi", "package": "pkg", "version": "1.0", "sha256": sha,
-           "subdirectory": "vendor/llama.cpp", "upstream_commit": "a" * 40}
-    out = tmp_path / "s" / "source.json"
-    source.fetch(cfg, tmp_path / "s", tmp_path / "dl", out)
-    doc = read_json(out)
+    cfg, doc = _fetch_sdist(tmp_path, monkeypatch, git_metadata=False)
+    sha = cfg["sha256"]
     assert doc["upstream_commit"] is None and doc["upstream_commit_verified"] is False
     assert doc["upstream_commit_claimed"] == "a" * 40
     assert doc["label"] == (f"PyPI sdist pkg==1.0 (sha256 {sha[:12]}…); "
