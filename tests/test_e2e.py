@@ -80,8 +80,9 @@ def test_every_sample_traces_to_a_raw_file(report, run_dir):
             assert s["peak_rss_kib"] > 100_000 and s["thp"] is not None
         orders = doc["orders"]
         # one order per round, and one more per re-measured (disturbed) round
+        dist = doc["disturbance"]
         assert len(orders) == doc["warmup_rounds"] + doc["rounds"] + len(
-            doc["disturbance"]["remeasured"]) and doc["rounds"] == 4
+            dist["remeasured"]) - len(dist["unresolved"]) and doc["rounds"] == 4
         assert all(sorted(o) == sorted(orders[0]) for o in orders)
         assert {s["round"] for s in doc["samples"] if s["warmup"]} == {0}
 
@@ -145,7 +146,8 @@ def test_failures_are_reported_and_the_rest_still_measures(report):
 def test_quality_drift_against_the_floor(report, run_dir):
     q = report["quality"]["q4_0"]
     # every rung but the control (the same build as its twin); a failed build says so
-    assert set(q) == {"floor", "native_repack", "amx", "kleidiai_x86"}
+    # (the AMX rung only where the CPU has AMX: it is not applicable elsewhere)
+    assert set(q) == {"floor", "native_repack", "kleidiai_x86"} | ({"amx"} if has_amx() else set())
     assert q["kleidiai_x86"]["status"] == "build_failed"
     floor, native = q["floor"], q["native_repack"]
     assert floor["status"] == "ok" and floor["reference"] and floor["ppl"] > 1
@@ -198,7 +200,8 @@ def test_changing_one_rung_reruns_only_what_includes_it(run_dir, tmp_path):
     assert counts.get("build") == 1  # only the floor; native/amx/control keep their builds
     assert counts.get("evidence") == 1  # only the floor's evidence
     assert counts.get("bench") == 6  # every cell includes the floor (3 workloads x 2 thread counts)
-    assert counts.get("quality") == 4  # the floor's own, and every rung compared with it
+    # the floor's own, and every rung compared with it (AMX only where the CPU has it)
+    assert counts.get("quality") == (4 if has_amx() else 3)
     assert counts.get("dispatch") == 1  # only the floor's sweep; the ledger is rebuilt
     assert counts.get("ledger") == 1
     assert "quantize" not in counts  # the quantizer recipe is separate from the floor's
