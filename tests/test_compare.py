@@ -56,3 +56,11 @@ def test_cli_error_is_one_line(tmp_path, capsys):
     assert compare.main([str(tmp_path / "missing.json"), str(REPORT)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("ladder compare: ") and len(err.strip().splitlines()) == 1
+
+
+def test_a_rung_without_rounds_says_why():
+    base = compare.load_report(str(REPORT))  # its report predates round means: none has rounds
+    out = compare.compare(base, base)
+    amx = next(r for r in out["rows"] if r["rung"] == "amx")
+    assert amx["call"] == "not measured"
+    assert "BASE: crashed, killed by SIGILL" in amx["text"] or "BASE: crashed" in amx["text"]

@@ -58,8 +58,9 @@ def test_unresolved_rounds_say_disturbed_never_within_noise():
     assert cell["disturbance"]["unresolved"] == [2]
 
 
-@pytest.mark.skipif(os.cpu_count() is None or os.cpu_count() < 2, reason="needs 2 CPUs")
-def test_a_disturbed_round_is_measured_again(tmp_path):
+def _stand_in(tmp_path):
+    """A llama-bench stand-in that spins one CPU for 0.4 s and prints a real llama-bench JSON,
+    its provenance and a model record: what bench.measure needs to run rounds."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
     fake = bindir / "llama-bench"
@@ -71,6 +72,33 @@ def test_a_disturbed_round_is_measured_again(tmp_path):
     prov.write_text(json.dumps({"status": "ok", "bin_dir": str(bindir), "build_key": "k"}))
     model = tmp_path / "model.json"
     model.write_text(json.dumps({"path": str(tmp_path / "m.gguf"), "model": "m", "quant": "Q4_0"}))
+    return fake, prov, model
+
+
+def test_an_adaptive_cell_stops_when_settled(tmp_path):
+    """Issue 18: with adaptive rounds a cell stops at the first look where everything is
+    settled (here: one JSON for every rung, so every ratio is exactly 1 and the floor 0)."""
+    _, prov, model = _stand_in(tmp_path)
+    rungs = [{"name": n, "provenance": str(prov), "runtime": {}, "env": {}, "bench_argv": [],
+              "twin_of": "native_repack" if n == "control" else None}
+             for n in ("floor", "native_repack", "control")]
+    doc = measure(quant="q4_0", workload_name="tg8", workload={"n_prompt": 0, "n_gen": 8},
+                  threads=2, rungs=rungs, model_meta=str(model), rounds=5, reps=1, seed=1,
+                  warmup=False, timeout_s=60, raw_dir=str(tmp_path / "raw"),
+                  out_json=str(tmp_path / "out.json"), log=str(tmp_path / "log"),
+                  warmup_rounds=0, disturbance={**LIMITS, "foreign_cpu_max": 1.0},
+                  adaptive={"enabled": True, "min_rounds": 3, "max_rounds": 6,
+                            "target_floor": 0.05})
+    assert doc["rounds"] == 3 and doc["adaptive"]["stopped"]["why"] == "settled"
+    assert doc["adaptive"]["confidence_per_look"] == pytest.approx(1 - 0.05 / 4)
+    assert {s["round"] for s in doc["samples"]} == {0, 1, 2}
+    cell = stats.summarize_cell(doc, ["floor", "native_repack"], "control", "native_repack")
+    assert cell["steps"][0]["ratio"]["confidence"] == pytest.approx(1 - 0.05 / 4)
+
+
+@pytest.mark.skipif(os.cpu_count() is None or os.cpu_count() < 2, reason="needs 2 CPUs")
+def test_a_disturbed_round_is_measured_again(tmp_path):
+    fake, prov, model = _stand_in(tmp_path)
     rungs = [{"name": n, "provenance": str(prov), "runtime": {}, "env": {}, "bench_argv": []}
              for n in ("floor", "native_repack")]
     from ladder.run import run

@@ -70,6 +70,15 @@ def _drift(doc: Mapping[str, Any], quant: str, rung: str) -> bool | None:
     return (q.get("drift") or {}).get("flag")
 
 
+def _status(doc: Mapping[str, Any], cell: Mapping[str, Any], rung: str) -> str:
+    """Why a rung has no rounds in a cell: its status there, else the run's (not applicable,
+    build failed, crashed), with the reason."""
+    st = (cell.get("rung_status") or {}).get(rung) or next(
+        (r for r in doc.get("rungs") or [] if r.get("name") == rung), {})
+    status = st.get("status") or "no rounds"
+    return status + (f", {st['reason']}" if st.get("reason") and status != "measured" else "")
+
+
 def _phase(cell: Mapping[str, Any]) -> str | None:
     spec = cell.get("workload_spec") or {}
     if bool(spec.get("n_prompt")) == bool(spec.get("n_gen")):
@@ -114,9 +123,10 @@ def compare(base: Mapping[str, Any], new: Mapping[str, Any], confidence: float =
             rb, rn = b["rungs"][rung], n["rungs"][rung]
             a_means, n_means = rb.get("round_means") or [], rn.get("round_means") or []
             if not a_means or not n_means:
-                status = (n.get("rung_status") or {}).get(rung, {}).get("status")
+                why = [f"{name}: {_status(doc, cell, rung)}" for name, doc, cell, means in
+                       ((base_name, base, b, a_means), (new_name, new, n, n_means)) if not means]
                 rows.append({"cell": where, "rung": rung, "ratio": None, "call": "not measured",
-                             "text": f"not measured in both runs ({status or 'no rounds'})"})
+                             "text": "not measured in both runs (" + "; ".join(why) + ")"})
                 continue
             r = stats.unpaired_ratio_ci(a_means, n_means, confidence)
             v = stats.verdict(r, floor)
