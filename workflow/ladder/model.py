@@ -112,15 +112,6 @@ def fetch_pypi(spec: Mapping[str, Any], dest: Path, site: Path) -> dict[str, Any
     return {"pip": pkg}
 
 
-def _pin_mtime(meta: str, model_file: Path) -> None:
-    """The record's mtime is its model file's: it changes only when the file's content does.
-    Snakemake deletes and rewrites a declared output when its job reruns (a forced re-fetch, a
-    second work dir); a job that never ran in this work dir has no recorded checksum to tell
-    a same-bytes rewrite from a change, and would rerun on the fresh mtime."""
-    st = model_file.stat()
-    os.utime(meta, ns=(st.st_atime_ns, st.st_mtime_ns))
-
-
 def _source_details(spec: Mapping[str, Any], kind: str) -> dict[str, Any]:
     """Where the model comes from, from the config alone (never from this machine's caches), so
     the meta JSON has the same bytes whether the file was fetched now or found present."""
@@ -173,7 +164,6 @@ def fetch(name: str, spec: Mapping[str, Any], dest: str, meta_out: str, site_dir
             spec, kind)},
         "license_note": spec.get("license"),
     })
-    _pin_mtime(meta_out, out)
 
 
 def quantize(*, base_meta: str, quant: str, quantizer_provenance: str, dest: str, meta_out: str,
@@ -212,4 +202,3 @@ def quantize(*, base_meta: str, quant: str, quantizer_provenance: str, dest: str
         "quantizer": {"build_key": prov["build_key"], "tool": "llama-quantize",
                       "args": ["--allow-requantize", quant.upper()]},
     })
-    _pin_mtime(meta_out, out)

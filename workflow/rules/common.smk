@@ -197,10 +197,17 @@ def model_dir(model):
 
 def model_meta(model, quant):
     """The meta JSON of a model file: the fetched one, or a quant derived from it by the
-    quantizer build (whose key is in the path: another quantizer is another file)."""
+    quantizer build (whose key is in the path: another quantizer is another file).
+
+    Its path is its identity (the pinned sha256, the quantizer build key), so consumers take it
+    as ancient(): a same-bytes rewrite (a forced re-fetch, another work dir sharing
+    resources_dir) gets a fresh mtime from Snakemake, and must not rerun what used it.
+    """
     if config["models"][model]["quant"].lower() == quant.lower():
-        return f"{model_dir(model)}/base.json"
-    return f"{model_dir(model)}/{host_plan(QUANTIZE_HOST).quantizer_key}/{quant}.json"
+        return ancient(f"{model_dir(model)}/base.json")
+    return ancient(
+        f"{model_dir(model)}/{host_plan(QUANTIZE_HOST).quantizer_key}/{quant}.json"
+    )
 
 
 def checked_model_spec(wildcards):

@@ -18,7 +18,7 @@ rule fetch_model:
 
 rule quantize:
     input:
-        base=f"{R}/models/{{model}}/{{model_sha}}/base.json",
+        base=ancient(f"{R}/models/{{model}}/{{model_sha}}/base.json"),
         quantizer=quantizer_provenance,
     output:
         meta=f"{R}/models/{{model}}/{{model_sha}}/{{build_key}}/{{quant}}.json",
