@@ -22,7 +22,7 @@ def test_a_stale_lock_is_removed_and_said(tmp_path, capsys):
     assert main(["-d", str(tmp_path)]) == 0
     assert not list(locks.glob("*.lock"))
     assert "stale lock (0.input.lock) was removed" in capsys.readouterr().err
-    assert clear_stale_lock(tmp_path) == ("none", [])
+    assert clear_stale_lock(tmp_path) == ("none", [], [])
 
 
 def test_a_live_runs_lock_is_kept(tmp_path, capsys):

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ladder import parse, progress
+from ladder import parse, progress, stats
 from ladder.errors import LadderError
 from ladder.host import host_brief
 from ladder.io import atomic_write_json, atomic_write_text, read_json
@@ -107,20 +107,13 @@ def look_confidence(confidence: float, adaptive: Mapping[str, Any]) -> float:
 def open_questions(samples: Sequence[Mapping[str, Any]], ladder: Sequence[str],
                    control: str | None, twin: str | None, confidence: float,
                    target_floor: float) -> list[str]:
-    """What a cell cannot answer yet (pure): every step and vs-floor comparison not yet called
-    faster, slower or within noise (judged exactly as the report will), a failed control
-    check, and a floor wider than the config asks."""
-    from ladder import stats
-
-    ct = None
-    if control and twin:
-        ct = stats.ratio_ci(stats.paired_ratios(samples, twin, control), confidence)
-    floor = stats.noise_floor(ct) if ct else None
+    """What a cell cannot answer yet (pure): every comparison the report will judge
+    (stats.comparisons) not yet called faster, slower or within noise, a failed control check,
+    and a floor wider than the config asks."""
+    ct, floor, _ = stats.cell_floor(samples, control, twin, confidence)
     passed = stats.control_check(ct)["passed"]
-    present = [n for n in ladder if any(s["rung"] == n for s in samples)]  # not the crashed
-    pairs = list(zip(present, present[1:])) + [(present[0], r) for r in present[2:]]
     out = []
-    for base, other in pairs:
+    for _, base, other in stats.comparisons(ladder, {s["rung"] for s in samples}):
         v = stats.verdict(stats.ratio_ci(stats.paired_ratios(samples, base, other), confidence),
                           floor, passed)
         if v.call not in ("faster", "slower", "within noise"):

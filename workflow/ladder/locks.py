@@ -48,16 +48,18 @@ def live_holders(workdir: Path) -> list[int]:
     return sorted(pid for pid, wd in _snakemake_runs() if wd == workdir.resolve())
 
 
-def clear_stale_lock(workdir: Path) -> tuple[str, list[Path]]:
-    """('none' | 'stale' | 'held', lock files). A stale lock is removed; a held one is kept."""
+def clear_stale_lock(workdir: Path) -> tuple[str, list[Path], list[int]]:
+    """('none' | 'stale' | 'held', lock files, holders' pids). A stale lock is removed; a held
+    one is kept."""
     locks = sorted((workdir / ".snakemake" / "locks").glob("*.lock"))
     if not locks:
-        return "none", []
-    if live_holders(workdir):
-        return "held", locks
+        return "none", [], []
+    holders = live_holders(workdir)
+    if holders:
+        return "held", locks, holders
     for f in locks:
         f.unlink(missing_ok=True)
-    return "stale", locks
+    return "stale", locks, []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,14 +67,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--unlock" in args or "--nolock" in args:
         return 0
     workdir = workdir_of(args)
-    state, locks = clear_stale_lock(workdir)
+    state, locks, holders = clear_stale_lock(workdir)
     if state == "stale":
         print(f"ladder: {workdir} was locked by a run that is gone (killed, or its machine "
               f"lost); no snakemake process works there now, so the stale lock "
               f"({', '.join(p.name for p in locks)}) was removed. Jobs the killed run left "
               "incomplete are run again; finished results are kept.", file=sys.stderr)
     elif state == "held":
-        pids = ", ".join(map(str, live_holders(workdir)))
+        pids = ", ".join(map(str, holders))
         print(f"ladder: {workdir} is locked by a running snakemake (pid {pids}); wait for it "
               "to end, or stop it, before starting another run here.", file=sys.stderr)
         return 1

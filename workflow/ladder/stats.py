@@ -231,6 +231,28 @@ def rung_summary(samples: Sequence[Mapping[str, Any]], rung: str, confidence: fl
     return out
 
 
+def cell_floor(samples: Sequence[Mapping[str, Any]], control: str | None, twin: str | None,
+               confidence: float) -> tuple[RatioEstimate | None, float | None, float | None]:
+    """The cell's control/twin estimate, its noise floor and the largest single-round
+    deviation (None each when the control or its twin was not measured)."""
+    measured = {s["rung"] for s in samples}
+    if not (control and twin and control in measured and twin in measured):
+        return None, None, None
+    ct = paired_ratios(samples, twin, control)
+    est = ratio_ci(ct, confidence)
+    return est, noise_floor(est), max_round_deviation(ct)
+
+
+def comparisons(ladder: Sequence[str], measured: set[str]) -> list[tuple[str, str, str]]:
+    """(kind, base, rung) a cell judges: each measured rung over the one before it ("step"),
+    and each over the floor when the floor was measured ("vs_floor")."""
+    present = [n for n in ladder if n in measured]
+    out = [("step", a, b) for a, b in zip(present, present[1:])]
+    if ladder and ladder[0] in measured:
+        out += [("vs_floor", ladder[0], b) for b in present[1:]]
+    return out
+
+
 def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
                    twin: str | None, confidence: float = 0.95, resamples: int = 10000,
                    seed: int = 0) -> dict[str, Any]:
@@ -246,14 +268,7 @@ def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str |
     names = list(ladder) + ([control] if control else [])
     rungs = {n: rung_summary(samples, n, confidence, resamples, seed) for n in names}
 
-    floor_est = None
-    floor = None
-    max_dev = None
-    if control and twin and control in measured and twin in measured:
-        ct = paired_ratios(samples, twin, control)
-        floor_est = ratio_ci(ct, confidence)
-        floor = noise_floor(floor_est)
-        max_dev = max_round_deviation(ct)
+    floor_est, floor, max_dev = cell_floor(samples, control, twin, confidence)
     check = control_check(floor_est)
 
     def compare(base: str, other: str, kind: str) -> dict[str, Any]:
@@ -267,14 +282,9 @@ def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str |
         return {"kind": kind, "base": base, "rung": other, "ratio": asdict(r),
                 "verdict": asdict(v)}
 
-    steps = []
-    present = [n for n in ladder if n in measured]
-    for prev, cur in zip(present, present[1:]):
-        steps.append(compare(prev, cur, "step"))
-    vs_floor = []
-    if ladder and ladder[0] in measured:
-        for cur in present[1:]:
-            vs_floor.append(compare(ladder[0], cur, "vs_floor"))
+    judged = [compare(base, other, kind) for kind, base, other in comparisons(ladder, measured)]
+    steps = [c for c in judged if c["kind"] == "step"]
+    vs_floor = [c for c in judged if c["kind"] == "vs_floor"]
     return {
         "quant": doc["quant"], "workload": doc["workload"], "threads": doc["threads"],
         "rungs": rungs,
