@@ -149,7 +149,9 @@ def build(
     """Build ``recipe``; always writes ``provenance`` with status 'ok' or 'failed' and a reason."""
     check_build_host(material, build_key)
     src = read_json(source_json)
-    out_dir = Path(provenance).parent
+    # the real path: cmake bakes the build dir into every binary's RUNPATH, and a build in a
+    # shared resources_dir must run from every work dir, whatever link it was reached through
+    out_dir = Path(provenance).resolve().parent
     build_dir = out_dir / "build"
     use_ccache = ccache_dir is not None
     missing = missing_tools(generator, use_ccache)
