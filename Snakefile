@@ -48,7 +48,7 @@ onstart:
 
 onsuccess:
     for h in HOSTS:
-        cleanup_logits(f"results/hosts/{h}/quality/logits")
+        cleanup_logits(paths.result("quality_logits", host=h))
 
 
 onerror:

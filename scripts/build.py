@@ -11,4 +11,5 @@ run_step(snakemake, lambda: build(
     provenance=snakemake.output.provenance, log=snakemake.log[0],
     jobs=snakemake.params.jobs or snakemake.threads, generator=snakemake.params.generator,
     ccache_dir=snakemake.params.ccache_dir, ccache_basedir=os.getcwd(),
+    vendor_json=list(snakemake.input.vendor),
 ))

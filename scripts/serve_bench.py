@@ -13,4 +13,5 @@ run_step(snakemake, lambda: measure(
     seed=snakemake.params.seed, warmup=True, timeout_s=s["timeout_s"],
     raw_dir=snakemake.output.raw, out_json=snakemake.output.samples, log=snakemake.log[0],
     warmup_rounds=0, disturbance=snakemake.params.disturbance,
+    identity={"experiment": snakemake.wildcards.experiment, "point": snakemake.wildcards.point},
 ))

@@ -428,6 +428,26 @@ def test_must_dispatch_gate_fails_the_workflow_and_keeps_the_ledger(run_dir, tmp
     assert not ledger["gate"]["passed"]
 
 
+def test_each_rung_at_its_own_best_thread_count(report, run_dir):
+    """The thread sweep (1 and all threads): each rung at its best count against the floor at
+    its best, beside the same-thread verdict, in the JSON and both renderings."""
+    groups = report["reconciliation"]
+    assert {(g["quant"], g["workload"]) for g in groups} == {
+        (c["quant"], c["workload"]) for c in report["cells"]}
+    for g in groups:
+        assert g["base"] == "floor"
+        floor_best = max((c for c in report["cells"] if (c["quant"], c["workload"]) ==
+                          (g["quant"], g["workload"])),
+                         key=lambda c: c["rungs"]["floor"]["median"])
+        assert g["base_threads"] == floor_best["threads"]
+        for r in g["rows"]:
+            assert "Welch" in r["ratio"]["method"] and r["verdict"]["text"]
+            assert r["same_threads"]["threads"] == r["threads"]
+    md = (run_dir / HOST / "report" / "ladder.md").read_text()
+    html = (run_dir / HOST / "report" / "ladder.html").read_text()
+    assert "## Each rung at its own best thread count" in md and 'id="best-threads"' in html
+
+
 def test_serving_levers_in_the_report(report, run_dir):
     srv = report["serving"]
     ctx = {p["point"]: p for p in srv["context"]}

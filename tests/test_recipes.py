@@ -61,25 +61,47 @@ def test_not_applicable_reasons(default_config, tmp_path):
     arm = {r.name: r for r in rungs_from_config(default_config, "aarch64")}
     assert not_applicable_reason(arm["floor"], "x86_64", frozenset()) == (
         "requires a aarch64 host; this host is x86_64")
-    never = lambda host: False  # noqa: E731 - an offline host
-    assert "no KleidiAI source: github.com is unreachable" in not_applicable_reason(
-        arm["kleidiai"], "aarch64", frozenset(), reachable=never)
-    assert not_applicable_reason(arm["kleidiai"], "aarch64", frozenset(),
-                                 reachable=lambda h: True) is None
+    # a vendor source is a job's business (ladder.vendor), never decided while planning
+    assert not_applicable_reason(arm["kleidiai"], "aarch64", frozenset()) is None
     x86 = {r.name: r for r in rungs_from_config(default_config, "x86_64")}
     assert not_applicable_reason(x86["amx"], "x86_64", frozenset({"avx2"})) == (
         "host CPU lacks amx_tile, amx_int8")
     assert not_applicable_reason(x86["amx"], "x86_64", frozenset({"amx_tile", "amx_int8"})) is None
 
 
-def test_kleidiai_local_source_override(default_config, tmp_path):
-    rung = default_config["ladders"]["aarch64"]["rungs"][2]
-    rung["cmake"] = {**rung["cmake"], "FETCHCONTENT_SOURCE_DIR_KLEIDIAI": str(tmp_path / "nope")}
-    k = rungs_from_config(default_config, "aarch64")[2]
-    assert "is not a directory" in not_applicable_reason(k, "aarch64", frozenset(),
-                                                          reachable=lambda h: True)
-    (tmp_path / "nope").mkdir()
-    assert not_applicable_reason(k, "aarch64", frozenset(), reachable=lambda h: False) is None
+def test_planning_opens_no_connection(default_config, monkeypatch):
+    import socket
+
+    def refuse(*a, **k):
+        raise AssertionError("planning opened a network connection")
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    for r in rungs_from_config(default_config, "aarch64"):
+        not_applicable_reason(r, "aarch64", frozenset())
+        build_key(r.recipe, "s")
+
+
+def test_vendor_source_is_in_the_build_key(default_config, tmp_path):
+    """The KleidiAI rung's key holds its vendor source's kind and hash, never its path; rungs
+    without one keep the keys they had."""
+    def key_of(cfg, name="kleidiai"):
+        return build_key({r.name: r for r in rungs_from_config(cfg, "aarch64")}[name].recipe, "s")
+
+    upstream = key_of(default_config)
+    floor = key_of(default_config, "floor")
+    sha = "9c131f3aae614c20e9f1243c88ef3b06e73f743fa1a91ae0c03a87d734206f9d"
+    default_config["vendor_sources"] = {"KleidiAI": {"kind": "archive", "path": "/a/k.tar.gz",
+                                                     "sha256": sha}}
+    local = key_of(default_config)
+    assert local != upstream and key_of(default_config, "floor") == floor
+    default_config["vendor_sources"]["KleidiAI"]["path"] = "/elsewhere/k.tar.gz"
+    assert key_of(default_config) == local  # the path is not the identity
+    default_config["vendor_sources"]["KleidiAI"]["sha256"] = "0" * 64
+    assert key_of(default_config) != local
+    del default_config["vendor_sources"]
+    with pytest.raises(LadderError, match=r"requires.fetchcontent names 'KleidiAI'.*vendor_sources"):
+        key_of(default_config)
 
 
 def test_duplicate_rung_names_are_named(default_config):

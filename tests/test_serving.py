@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ladder.errors import LadderError
@@ -86,3 +88,35 @@ def test_batched_bench_jsonl(fixture_text):
     assert all(r["pp"] == 16 and r["tg"] == 4 and r["speed"] > 0 for r in recs)
     with pytest.raises(LadderError, match="no llama-batched-bench jsonl records"):
         batched_records("main: n_kv_max = 56\n", "stdout of a run")
+
+
+def test_the_aarch64_toggle_has_a_noise_floor_of_its_own(default_config):
+    """The aarch64 control is native_repack's twin; the SME toggle is on the KleidiAI rung, so
+    it gets a second label of that rung, interleaved with the toggle's points."""
+    from snakemake.utils import validate
+
+    from ladder.host import host_facts
+    from ladder.hosts import hosts_from_config
+    from ladder.plan import Plan
+
+    cfg = dict(default_config)
+    validate(cfg, str(Path(__file__).resolve().parents[1] / "workflow" / "schemas" /
+                      "config.schema.yaml"))
+    (host,) = hosts_from_config(cfg, "aarch64")
+    facts = {**host_facts("local"), "arch": "aarch64", "cores": 2,
+             "cpu_flags": ["asimddp", "i8mm", "sve", "sme"],
+             "compiler": {"c": "cc", "cxx": "c++"}, "native_target": {"resolved": "x"}}
+    plan = Plan.from_config(cfg, host, facts)
+    (toggle, *_) = [p for p in plan.serving_points() if p["experiment"] == "toggle"]
+    assert toggle["base"] == "kleidiai" and toggle["variant"] == "sme_off"
+    assert toggle["twin"] == "kleidiai" and toggle["control"] == "kleidiai_twin"
+    rungs = plan.serving_rungs(toggle, lambda key: f"b/{key}.json")
+    names = [r["name"] for r in rungs]
+    assert names == ["kleidiai", "sme_off", "kleidiai_twin"]
+    twin = rungs[2]
+    assert twin["twin_of"] == "kleidiai" and twin["build_key"] == rungs[0]["build_key"]
+    assert twin["env"] == rungs[0]["env"] and rungs[1]["env"] == {"GGML_KLEIDIAI_SME": "0"}
+    x86 = [p for p in Plan.from_config(cfg, hosts_from_config(cfg, "x86_64")[0],
+                                       {**facts, "arch": "x86_64"}).serving_points()
+           if p["experiment"] == "toggle"][0]
+    assert x86["control"] == "control"  # native_repack's twin is the x86 control already

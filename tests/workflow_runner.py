@@ -16,13 +16,38 @@ def shared_resources() -> Path:
     return Path(os.environ.get("LADDER_TEST_RESOURCES", str(ROOT / "resources")))
 
 
-def run_snakemake(workdir: Path, *args: str, config: Path,
+KLEIDIAI_SHA256 = "9c131f3aae614c20e9f1243c88ef3b06e73f743fa1a91ae0c03a87d734206f9d"
+
+
+def kleidiai_archive() -> Path | None:
+    """The KleidiAI v1.24.0 source llama.cpp 0c1e570 pins (shared/third_party beside the clone,
+    as CI lays it; LADDER_KLEIDIAI_ARCHIVE overrides)."""
+    env = os.environ.get("LADDER_KLEIDIAI_ARCHIVE")
+    candidates = [Path(env)] if env else [
+        p / "shared" / "third_party" / "kleidiai-v1.24.0-src.tar.gz" for p in ROOT.parents]
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def kleidiai_overlay(workdir: Path, archive: Path | None = None,
+                     sha256: str = KLEIDIAI_SHA256) -> Path:
+    """A config overlay pointing the KleidiAI rung at a local archive (as a user would)."""
+    path = workdir / "config" / "kleidiai.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arc = archive or kleidiai_archive()
+    path.write_text("vendor_sources:\n  KleidiAI:\n    kind: archive\n"
+                    f"    path: {arc}\n    sha256: {sha256}\n")
+    return path
+
+
+def run_snakemake(workdir: Path, *args: str, config: Path | list[Path],
                   timeout: int = 3600) -> subprocess.CompletedProcess[str]:
-    """Snakemake on ``config`` in ``workdir``, sharing the project's resources (sources, models,
-    ccache); ``timeout -k`` kills the whole run if it overstays."""
+    """Snakemake on ``config`` (one file, or overlays in order) in ``workdir``, sharing the
+    project's resources (sources, models, ccache); ``timeout -k`` kills the whole run if it
+    overstays."""
     resources = shared_resources()
+    configs = [str(c) for c in (config if isinstance(config, list) else [config])]
     argv = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir),
-            "--configfile", str(config), "--config", f"resources_dir={resources}",
+            "--configfile", *configs, "--config", f"resources_dir={resources}",
             "--cores", "all", *args]
     return subprocess.run(["timeout", "-k", "30", str(timeout), *argv], capture_output=True,
                           text=True, cwd=workdir)

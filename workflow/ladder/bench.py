@@ -19,6 +19,7 @@ from ladder.errors import LadderError
 from ladder.host import host_brief
 from ladder.io import atomic_write_json, atomic_write_text, read_json
 from ladder.run import run
+from ladder.build import unbuilt_status
 
 FORMAT = "ladder-samples/1"
 
@@ -67,7 +68,7 @@ def built_rungs(rungs: Sequence[Mapping[str, Any]], where: str
         entry = {"build_key": prov.get("build_key"), "runtime": r["runtime"],
                  "status": "measured", "reason": None}
         if prov.get("status") != "ok":
-            entry.update(status="build_failed", reason=prov.get("reason"), log=prov.get("log"))
+            entry.update(status=unbuilt_status(prov), reason=prov.get("reason"), log=prov.get("log"))
         else:
             bins[r["name"]] = prov["bin_dir"]
             active.append(r["name"])
@@ -130,7 +131,8 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
             log: str, warmup_rounds: int = 1,
             disturbance: Mapping[str, Any] | None = None,
             adaptive: Mapping[str, Any] | None = None,
-            confidence: float = 0.95) -> dict[str, Any]:
+            confidence: float = 0.95,
+            identity: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Run ``warmup_rounds + rounds`` interleaved rounds; warmup-round samples are kept but
     flagged (``"warmup": true``) and never enter the statistics.
 
@@ -263,6 +265,8 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
     with open(log, "a") as f:  # beside the progress lines the job's logger already wrote
         f.write("\n".join(log_lines) + "\n")
     doc = {
+        # what the cell is, carried by the result itself (e.g. a serving point's experiment)
+        **dict(identity or {}),
         "format": FORMAT, "quant": quant, "workload": workload_name, "workload_spec": dict(workload),
         "threads": threads, "model": {k: model.get(k) for k in
                                        ("model", "quant", "sha256", "requantized", "size_bytes")},

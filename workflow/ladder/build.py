@@ -9,11 +9,12 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ladder import progress
 from ladder.errors import LadderError
 from ladder.io import atomic_write_json, read_json
+from ladder.vendor import check_records
 from ladder.host import host_brief
 from ladder.recipes import (
     GGML_CPU_FLAGS_CMAKE,
@@ -24,6 +25,11 @@ from ladder.recipes import (
 )
 
 FORMAT = "ladder-build/1"
+
+
+def unbuilt_status(prov: Mapping[str, Any]) -> str:
+    """A job's status for a rung whose build did not give binaries."""
+    return "not_applicable" if prov.get("status") == "not_applicable" else "build_failed"
 
 
 def required_tools(generator: str, use_ccache: bool) -> list[str]:
@@ -144,11 +150,23 @@ def _stream(argv: list[str], env: Mapping[str, str], log_f: Any) -> int:
 def build(
     *, recipe: Mapping[str, Any], material: Mapping[str, Any], build_key: str, source_json: str,
     provenance: str, log: str, jobs: int, generator: str = "Ninja", ccache_dir: str | None = None,
-    ccache_basedir: str | None = None,
+    ccache_basedir: str | None = None, vendor_json: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Build ``recipe``; always writes ``provenance`` with status 'ok' or 'failed' and a reason."""
+    """Build ``recipe``; always writes ``provenance`` with status 'ok', 'failed' or
+    'not_applicable' (a vendor source its vendor_source job found unusable) and a reason."""
     check_build_host(material, build_key)
     src = read_json(source_json)
+    vendor_defines, unusable, vendor_records = check_records(list(vendor_json))
+    vendor_info = [{k: r.get(k) for k in ("name", "kind", "identity", "status", "reason",
+                                          "source_dir", "sha256_found")} for r in vendor_records]
+    if unusable:
+        record = {"format": FORMAT, "build_key": build_key, "material": dict(material),
+                  "status": "not_applicable", "reason": unusable, "vendor": vendor_info,
+                  "log": str(log), "ran_on": host_brief()}
+        Path(log).parent.mkdir(parents=True, exist_ok=True)
+        Path(log).write_text(f"not built: {unusable}\n")
+        atomic_write_json(provenance, record)
+        return record
     # the real path: cmake bakes the build dir into every binary's RUNPATH, and a build in a
     # shared resources_dir must run from every work dir, whatever link it was reached through
     out_dir = Path(provenance).resolve().parent
@@ -166,12 +184,15 @@ def build(
             env["CCACHE_BASEDIR"] = str(Path(ccache_basedir).resolve())
     configure = cmake_configure_argv(src["root"], str(build_dir), recipe, generator, use_ccache,
                                      src.get("build_label") or src.get("upstream_commit"))
+    # a local vendor copy (checked by its job) instead of ggml's download
+    configure += [f"-D{k}={v}" for k, v in sorted(vendor_defines.items())]
     compile_ = ["cmake", "--build", str(build_dir), "-j", str(jobs), "--target", *recipe["targets"]]
     record: dict[str, Any] = {
         "format": FORMAT, "build_key": build_key, "material": dict(material),
         "source": {k: src.get(k) for k in ("source_id", "upstream_commit", "label", "root")},
         "configure_argv": configure, "build_argv": compile_, "jobs": jobs,
         "log": str(log), "status": "failed", "reason": None, "ran_on": host_brief(),
+        "vendor": vendor_info,
     }
     before = _ccache_stats(env)
     Path(log).parent.mkdir(parents=True, exist_ok=True)

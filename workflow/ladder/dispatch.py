@@ -51,13 +51,14 @@ def judge_cell(*, expected: Family | None, families: FamilySet,
                resolution: Mapping[str, Any], totals: Mapping[str, Mapping[str, Any]],
                advertised: bool, advertised_variant: str | None = None,
                crash: Mapping[str, Any] | None = None, unmeasured: str | None = None,
-               exact: bool = True) -> dict[str, Any]:
+               exact: bool = True, vendor: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The cell's verdict, its share of the phase's matmul dispatches, and why."""
     def out(verdict: str, detail: str, share: float | None = None) -> dict[str, Any]:
         return {"verdict": verdict, "share": share, "detail": detail}
 
     if unmeasured:
-        return out("UNMEASURED", unmeasured)
+        return out("NOT_APPLICABLE" if unmeasured.startswith("not applicable:") else
+                   "UNMEASURED", unmeasured)
     if expected is None:
         return out("NOT_APPLICABLE", "the rung declares no kernel family (recipe key 'family')")
     res = resolution.get(expected.name, {})
@@ -85,6 +86,21 @@ def judge_cell(*, expected: Family | None, families: FamilySet,
         return out("NOT_APPLICABLE", f"the build placed no weights in {expected.buffer} for "
                    f"this quant (L2): nothing for {expected.name} to run; ran: {ran}", share)
     variants = totals.get(expected.name, {}).get("variants") or {}
+    if vendor is not None:  # the family's own selection rules (KleidiAI's kernel sets)
+        how = _vendor_text(vendor)
+        if vendor["mismatches"]:
+            return out("SILENT_FALLBACK", "; ".join(vendor["mismatches"]) + f" (ran: {how})",
+                       share)
+        split = [f"{x['operand']} {x['shape']} split: {'/'.join(x['sme']['variants'])} on "
+                 f"thread(s) {x['sme']['threads']} ({x['sme']['calls']} calls), "
+                 f"{'/'.join(x['other']['variants'])} on {x['other']['threads']} "
+                 f"({x['other']['calls']} calls)" for x in vendor["splits"]]
+        if split or others:
+            also = f"; also {ran}" if others else ""
+            return out("HYBRID", f"{expected.name} {engaged} of {total} matmul dispatches"
+                       f"{also}; " + "; ".join(split + [how]), share)
+        return out("DISPATCHED", f"{expected.name} {engaged} {kind} calls, nothing else; {how}",
+                   1.0)
     if advertised_variant and expected.variants:
         if variants.get(advertised_variant, 0) == 0 and any(variants.values()):
             ran_v = ", ".join(f"{v} {n}" for v, n in variants.items() if n)
@@ -104,6 +120,80 @@ def judge_cell(*, expected: Family | None, families: FamilySet,
                f"{extra}{by_variant}", share if exact else None)
 
 
+def judge_vendor(family: Family, ran: Sequence[Mapping[str, Any]], primary: Mapping[str, str],
+                 sme: Mapping[str, Any] | None, threads: int) -> dict[str, Any] | None:
+    """A vendor family judged by its own selection rules (kernel_families.yaml: operands,
+    shapes, sets): each matmul kernel that ran is expected to be its operand's kernel set's
+    GEMM or GEMV kernel (the init line names the set), or, above the SME thread cap, the
+    non-SME fallback set's. Returns the kernels with their roles, the mismatches, and the
+    operand/shape pairs whose work was split between an SME and a non-SME kernel (HYBRID).
+
+    ``ran``: {symbol, calls, threads: {guest thread: calls} or None}; None when the family has
+    no selection rules."""
+    if not family.sets:
+        return None
+    cap = (sme or {}).get("thread_cap")
+    rows: list[dict[str, Any]] = []
+    mismatches: list[str] = []
+    for k in ran:
+        c = family.classify(k["symbol"])
+        if c["shape"] is None:  # a packing kernel: shown, not judged
+            rows.append({**k, **c, "expected": None, "role": "packing"})
+            continue
+        p = primary.get(c["operand"] or "")
+        expected = (family.sets.get(p) or {}).get(c["shape"]) if p else None
+        if p is None:
+            role = "unadvertised"
+            mismatches.append(f"{c['operand'] or '?'} {c['shape']} {c['variant']} kernel ran, "
+                              f"but the init line named no {c['operand'] or '?'} kernel set")
+        elif c["variant"] == expected:
+            role = "set" if c["variant"] == p else f"set (the {p} set's {c['shape']} kernel)"
+        elif p in family.sme_variants and c["variant"] not in family.sme_variants:
+            if cap is not None and threads > cap:
+                role = f"fallback set above the SME thread cap ({cap})"
+            else:
+                role = "fallback"
+                mismatches.append(f"{c['operand']} {c['shape']}: the {p} set was advertised and "
+                                  f"{threads} thread(s) are within its SME thread cap "
+                                  f"({cap}), yet the {c['variant']} kernel ran")
+        else:
+            role = "unexpected"
+            mismatches.append(f"{c['operand']} {c['shape']}: {c['variant']} kernel ran where "
+                              f"the {p} set's {c['shape']} kernel is {expected}")
+        rows.append({**k, **c, "expected": expected, "role": role})
+    splits = []
+    by_pair: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["shape"] and r.get("calls"):
+            by_pair.setdefault((r["operand"], r["shape"]), []).append(r)
+    for (operand, shape), rs in sorted(by_pair.items(), key=lambda kv: str(kv[0])):
+        sme_rows = [r for r in rs if r["variant"] in family.sme_variants]
+        other = [r for r in rs if r["variant"] not in family.sme_variants]
+        if sme_rows and other:
+            def part(group: list[dict[str, Any]]) -> dict[str, Any]:
+                ths = sorted({t for r in group for t in (r.get("threads") or {})})
+                return {"variants": sorted({r["variant"] for r in group}),
+                        "calls": sum(int(r["calls"]) for r in group), "threads": ths}
+            a, b = part(sme_rows), part(other)
+            total = a["calls"] + b["calls"]
+            splits.append({"operand": operand, "shape": shape, "sme": a, "other": b,
+                           "sme_share": round(a["calls"] / total, 4) if total else None})
+    return {"kernels": rows, "mismatches": mismatches, "splits": splits,
+            "primary": dict(primary), "sme": dict(sme) if sme else None,
+            "sme_variants": list(family.sme_variants)}
+
+
+def _vendor_text(v: Mapping[str, Any]) -> str:
+    """One line: what ran per operand and shape, and how it fits the kernel sets."""
+    seen: dict[str, list[str]] = {}
+    for r in v["kernels"]:
+        if r["shape"] and r.get("calls"):
+            key = f"{r['operand']} {r['shape']}"
+            role = "" if r["role"] == "set" else f" [{r['role']}]"
+            seen.setdefault(key, []).append(f"{r['variant']} {r['calls']}{role}")
+    return "; ".join(f"{k}: {', '.join(x)}" for k, x in seen.items()) or "no matmul kernel ran"
+
+
 # --- one rung's sweep ----------------------------------------------------------------------
 def workload_phase(spec: Mapping[str, Any]) -> str | None:
     """'prefill' (n_prompt only), 'decode' (n_gen only), or None for a mixed workload."""
@@ -115,10 +205,12 @@ def workload_phase(spec: Mapping[str, Any]) -> str | None:
 
 
 def workload_argv(bin_dir: Path, model: str, spec: Mapping[str, int], threads: int,
-                  bench_argv: Sequence[str]) -> list[str]:
+                  bench_argv: Sequence[str], verbose: bool = False) -> list[str]:
+    """One llama-bench run of a phase; ``verbose`` keeps the library's init lines (a vendor
+    library's kernel choice, judged against what this very run executed)."""
     return [str(bin_dir / "llama-bench"), "-m", model, "-p", str(spec.get("n_prompt", 0)),
             "-n", str(spec.get("n_gen", 0)), "-r", "1", "--no-warmup", "-t", str(threads),
-            "-o", "json", *bench_argv]
+            "-o", "json", *(["-v"] if verbose else []), *bench_argv]
 
 
 def choose_method(wanted: str, launcher: Sequence[str] = ()) -> tuple[str | None, Any, str | None]:
@@ -152,6 +244,21 @@ def choose_method(wanted: str, launcher: Sequence[str] = ()) -> tuple[str | None
     return None, None, "; ".join(reasons) or f"unknown method {wanted!r}"
 
 
+def toggled_rung(rung: Mapping[str, Any], toggle: Mapping[str, Any]) -> dict[str, Any]:
+    """The rung's binary under a runtime toggle (its env added): cells of their own, named
+    after the toggle, ``variant_of`` the rung."""
+    env = {**(rung.get("env") or {}),
+           **{str(k): str(v) for k, v in ((toggle.get("runtime") or {}).get("env") or {}).items()}}
+    return {**rung, "name": toggle["name"], "env": env, "variant_of": rung["name"],
+            "toggles": []}
+
+
+def cell_stem(r: Mapping[str, Any], rung: Mapping[str, Any], quant: str, workload: str,
+              threads: int) -> str:
+    prefix = "" if r["name"] == rung["name"] else f"{r['name']}."
+    return f"{prefix}{quant}.{workload}.t{threads}"
+
+
 def _library(bin_dir: Path, fset: FamilySet) -> Path:
     lib = bin_dir / fset.library
     return lib if lib.exists() else bin_dir / "llama-bench"  # static builds: all in the tool
@@ -181,7 +288,9 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
     unmeasured = None
     probes: list[Probe] = []
     bin_dir = Path(build.get("bin_dir") or "")
-    if build.get("status") != "ok":
+    if build.get("status") == "not_applicable":  # no usable vendor source (its job said why)
+        unmeasured = f"not applicable: {build.get('reason')}"
+    elif build.get("status") != "ok":
         unmeasured = f"build failed: {build.get('reason')}"
     else:
         try:
@@ -199,8 +308,12 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
     doc["method"] = method
     doc["method_note"] = why
     timeout = float(settings.get("timeout_s", 600))  # an emulated host's: its plan sets it
-    cells_spec = [(q, w, spec, t) for q in quants for w, spec in settings["workloads"].items()
-                  if spec for t in threads]
+    verbose = bool(expected and expected.sets)
+    # the rung as built, then each runtime toggle of the same binary (GGML_KLEIDIAI_SME=0):
+    # which kernels run with the vendor path's option off, cell by cell
+    runs = [dict(rung)] + [toggled_rung(rung, t) for t in rung.get("toggles") or []]
+    cells_spec = [(q, w, spec, t, r) for r in runs for q in quants
+                  for w, spec in settings["workloads"].items() if spec for t in threads]
 
     inputs = {q: (read_json(m["model"]), read_json(m["evidence"]) if m.get("evidence") else {})
               for q, m in quants.items()}
@@ -227,37 +340,39 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
     # logging: no measurable cost, unlike exec logging, whose cost grows with the ranges).
     baselines: dict[tuple[str, str, int], Any] = {}
     if unmeasured is None:
-        for quant, workload, spec, t in cells_spec:
+        for quant, workload, spec, t, r in cells_spec:
             tool_argv = workload_argv(bin_dir, inputs[quant][0]["path"], spec, t,
-                                      rung.get("bench_argv") or [])
-            stem = raw / f"{quant}.{workload}.t{t}"
+                                      r.get("bench_argv") or [], verbose)
+            stem = raw / cell_stem(r, rung, quant, workload, t)
             if qemu_session:
                 from ladder.emulation import count_translations, translation_log_argv
 
                 kern = qemu_session["kernel_entries"]
                 asm_log = f"{stem}.qemu-in_asm.log"
                 res = run(translation_log_argv(launcher, kern, asm_log) + tool_argv,
-                          env=dict(rung.get("env") or {}), timeout_s=timeout)
-                qemu_session["kernels"][(quant, workload, t)] = count_translations(
+                          env=dict(r.get("env") or {}), timeout_s=timeout)
+                qemu_session["kernels"][(r["name"], quant, workload, t)] = count_translations(
                     _read_and_compress(asm_log), kern)
             else:
-                res = run(launcher + tool_argv, env=dict(rung.get("env") or {}),
+                res = run(launcher + tool_argv, env=dict(r.get("env") or {}),
                           timeout_s=timeout)
             atomic_write_text(f"{stem}.plain.stderr", res.stderr)
             atomic_write_text(f"{stem}.plain.json", res.stdout)
-            baselines[(quant, workload, t)] = res
+            baselines[(r["name"], quant, workload, t)] = res
 
     def measure_all(session: Any) -> None:
-        for i, (quant, workload, spec, t) in enumerate(cells_spec):
-            progress.step("cell", i + 1, len(cells_spec), f"{quant} {workload} t{t}")
+        for i, (quant, workload, spec, t, r) in enumerate(cells_spec):
+            progress.step("cell", i + 1, len(cells_spec),
+                          f"{'' if r is runs[0] else r['name'] + ' '}{quant} {workload} t{t}")
             doc["cells"].append(_cell(
-                rung=rung, quant=quant, workload=workload, spec=spec, threads=t,
+                rung=r, stem=raw / cell_stem(r, rung, quant, workload, t), verbose=verbose,
+                quant=quant, workload=workload, spec=spec, threads=t,
                 model=inputs[quant][0], evidence=inputs[quant][1], fset=fset,
                 expected=expected, resolution=doc["resolution"].get("families", {}),
                 probes=probes, probe_dicts=doc["probes"], method=method, handle=handle,
                 session=session,
                 unmeasured=unmeasured, bin_dir=bin_dir, raw=raw, timeout=timeout,
-                host_flags=host_flags, base=baselines.get((quant, workload, t))))
+                host_flags=host_flags, base=baselines.get((r["name"], quant, workload, t))))
             atomic_write_json(out_json + ".partial", doc)  # nothing measured is lost
 
     if method == "qemu-exec":
@@ -281,7 +396,8 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
     return doc
 
 
-def _cell(*, rung: Mapping[str, Any], quant: str, workload: str, spec: Mapping[str, int],
+def _cell(*, rung: Mapping[str, Any], stem: Path, verbose: bool, quant: str, workload: str,
+          spec: Mapping[str, int],
           threads: int, model: Mapping[str, Any], evidence: Mapping[str, Any],
           fset: FamilySet, expected: Family | None, resolution: Mapping[str, Any],
           probes: list[Probe], probe_dicts: Sequence[Mapping[str, Any]], method: str | None,
@@ -291,9 +407,14 @@ def _cell(*, rung: Mapping[str, Any], quant: str, workload: str, spec: Mapping[s
     cell: dict[str, Any] = {"rung": rung["name"], "family": expected.name if expected else None,
                             "quant": quant, "workload": workload, "phase": phase,
                             "threads": threads, "method": method}
+    if rung.get("variant_of"):
+        cell["variant_of"] = rung["variant_of"]
+        cell["toggle_env"] = {k: v for k, v in (rung.get("env") or {}).items()}
     buffers = evidence.get("weight_buffers_mib") or {}
     needed = expected.host_flags if expected else ()
-    cell["L1"] = {"host_flags": {f: f in host_flags for f in needed}}
+    shown = [*needed, *(f for f in (expected.show_flags if expected else ()) if f not in needed)]
+    cell["L1"] = {"host_flags": {f: f in host_flags for f in shown},
+                  "needed": list(needed)}
     advertised_variant = (advertised_kernel(evidence, quant)
                           if expected and expected.variants else None)
     advertised = bool(expected) and (
@@ -309,27 +430,33 @@ def _cell(*, rung: Mapping[str, Any], quant: str, workload: str, spec: Mapping[s
                                advertised=advertised, unmeasured=unmeasured))
         cell["L3"] = None
         return cell
-    tool_argv = workload_argv(bin_dir, model["path"], spec, threads, rung.get("bench_argv") or [])
+    tool_argv = workload_argv(bin_dir, model["path"], spec, threads, rung.get("bench_argv") or [],
+                              verbose)
     launcher = list(handle) if method == "qemu-exec" else []
     argv = launcher + tool_argv
     env = dict(rung.get("env") or {})
-    stem = raw / f"{quant}.{workload}.t{threads}"
     hits: dict[str, int] = {}
+    per_thread: dict[str, dict[int, int]] = {}
     crash: dict[str, Any] | None = None
     lldb_result: dict[str, Any] | None = None
     guest_threads: dict[str, list[int]] = {}
     crosscheck: dict[str, Any] | None = None
     if method == "qemu-exec":
-        from ladder.emulation import count_entries, exec_log_argv, guest_crash, start_code
+        from ladder.emulation import (count_entries, exec_log_argv, guest_crash, start_code,
+                                      thread_counts)
 
         bias = int(session["load_bias"])
-        entries = {p.entry + bias: p.id for p in probes if p.kind == "dispatch"}
+        # dispatch-level symbols, and the kernels the plain run translated (entered): a few
+        # ranges, so every call of them is counted per guest thread at little extra cost
+        seen = session["kernels"].get((rung["name"], quant, workload, threads)) or {}
+        entries = {p.entry + bias: p.id for p in probes
+                   if p.kind == "dispatch" or p.id in seen}
         exec_log = f"{stem}.qemu-exec.log"
         inst = run(exec_log_argv(launcher, entries, exec_log) + tool_argv, env=env,
                    timeout_s=timeout)
         text = _read_and_compress(exec_log)
         hits, guest_threads = count_entries(text, entries)
-        hits.update(session["kernels"].get((quant, workload, threads)) or {})
+        per_thread = thread_counts(text, entries)
         inst_wall, inst_fail = inst.wall_s, inst.failure()
         logged = start_code(text)
         if inst_fail is None and logged != session["start_code"]:
@@ -340,7 +467,8 @@ def _cell(*, rung: Mapping[str, Any], quant: str, workload: str, spec: Mapping[s
         if inst.signal_name:
             crash = {"signal": inst.signal_name, "symbol": None, "method": "qemu",
                      "note": guest_crash(inst.stderr)}
-        if session.get("crosscheck") and threads == 1 and inst_fail is None:
+        if (session.get("crosscheck") and threads == 1 and inst_fail is None
+                and not rung.get("variant_of")):
             crosscheck = _crosscheck(launcher, tool_argv, probes, bias, hits, env, raw, timeout)
     elif method == "uprobe":
         before = session.snapshot()
@@ -382,13 +510,29 @@ def _cell(*, rung: Mapping[str, Any], quant: str, workload: str, spec: Mapping[s
         diag = diagnose_crash(argv, env=env, timeout_s=timeout)
         crash.update({k: v for k, v in diag.items() if v is not None and k != "signal"})
     totals = family_totals(probe_dicts, hits)
+    vendor = None
+    if expected is not None and expected.sets:
+        from ladder import parse
+
+        own = parse.kleidiai_primary(base.stderr)  # this run's own init lines (-v)
+        primary = own or dict(evidence.get("kleidiai_primary") or {})
+        sme = parse.kleidiai_sme(base.stderr) or (evidence.get("kleidiai_sme") if not own
+                                                   else None)
+        ran = [{"symbol": p.symbol, "calls": int(hits[p.id]),
+                "threads": per_thread.get(p.id)} for p in probes
+               if p.family == expected.name and p.kind == "kernels" and hits.get(p.id)]
+        vendor = judge_vendor(expected, ran, primary, sme, threads)
+        if vendor is not None:
+            vendor["init_lines_from"] = "this run" if own else "the rung's evidence run"
     cell.update(judge_cell(expected=expected, families=fset, resolution=resolution, totals=totals,
                            advertised=advertised, advertised_variant=advertised_variant,
-                           crash=crash, exact=method in ("uprobe", "lldb", "qemu-exec")))
+                           crash=crash, exact=method in ("uprobe", "lldb", "qemu-exec"),
+                           vendor=vendor))
     cell["L3"] = {
         "method": method,
-        "exact_kinds": ["dispatch", "kernels"] if method == "uprobe" else
-        (["dispatch"] if method in ("lldb", "qemu-exec") else []),
+        "exact_kinds": ["dispatch", "kernels"] if method in ("uprobe", "qemu-exec") else
+        (["dispatch"] if method == "lldb" else []),
+        "vendor": vendor,
         "families": totals,
         "symbols": {p.symbol: hits[p.id] for p in probes if hits.get(p.id)},
         "unprobed": [{"symbol": p.symbol, "why": p.note} for p in probes if p.addr is None],
@@ -486,9 +630,69 @@ def build_ledger(*, rung_files: Sequence[str], host: str, out_json: str,
                  "ledger_ratio": round((inst + overhead) / plain, 3) if plain else None},
         "gate": gate(cells, must_dispatch),
         "crosscheck": crosscheck_summary(cells),
+        "patterns": sme_patterns(cells),
     }
     atomic_write_json(out_json, ledger)
     return ledger
+
+
+def _sme_calls(vendor: Mapping[str, Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in vendor.get("kernels") or []:
+        if r.get("shape") and r.get("calls") and r.get("variant") in vendor.get("sme_variants", ()):
+            key = f"{r['operand']} {r['shape']}"
+            out[key] = out.get(key, 0) + int(r["calls"])
+    return out
+
+
+def sme_patterns(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """What the thread counts of one rung x quant x phase say together about KleidiAI's SME
+    kernels: SME at the counts within the SME thread cap and none above it (the cap), the
+    work split above it (HYBRID), or SME off at every count (disabled, e.g. a toggle)."""
+    groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
+    for c in cells:
+        v = (c.get("L3") or {}).get("vendor")
+        if v is not None:
+            groups.setdefault((c["rung"], c["quant"], c["workload"]), []).append(c)
+    out = []
+    for (rung, quant, workload), cs in groups.items():
+        cs = sorted(cs, key=lambda c: c["threads"])
+        sme = next((c["L3"]["vendor"].get("sme") for c in cs if c["L3"]["vendor"].get("sme")),
+                   None) or {}
+        cap = sme.get("thread_cap")
+        calls = {c["threads"]: _sme_calls(c["L3"]["vendor"]) for c in cs}
+        on = [t for t, n in calls.items() if n]
+        off = [t for t, n in calls.items() if not n]
+        split = {c["threads"]: c["L3"]["vendor"]["splits"] for c in cs
+                 if c["L3"]["vendor"].get("splits")}
+        where = {"rung": rung, "quant": quant, "workload": workload,
+                 "threads": [c["threads"] for c in cs], "sme_thread_cap": cap,
+                 "cap_source": sme.get("cap_source"), "sme_calls": calls}
+        if sme.get("state") == "disabled":
+            out.append({**where, "pattern": "SME_OFF",
+                        "text": f"SME disabled ({sme.get('line')}): no SME kernel at "
+                                f"{', '.join(map(str, calls))} thread(s)" +
+                                ("" if not on else f"; yet SME ran at {on} (check!)")})
+        elif on and off and max(on) < min(off):
+            ops = sorted({k for t in on for k in calls[t]})
+            out.append({**where, "pattern": "SME_THREAD_CAP",
+                        "text": f"SME thread cap: SME kernels ({', '.join(ops)}) ran at "
+                                f"{', '.join(map(str, on))} thread(s) and none at "
+                                f"{', '.join(map(str, off))}, where the non-SME fallback set "
+                                f"took their work (init line: SME thread cap={cap}, "
+                                f"{sme.get('cap_source') or 'source unknown'})"})
+        elif split:
+            t, xs = next(iter(split.items()))
+            out.append({**where, "pattern": "SME_SPLIT",
+                        "text": f"SME split above the thread cap ({cap}): at {t} threads " +
+                                "; ".join(f"{x['operand']} {x['shape']} SME on threads "
+                                          f"{x['sme']['threads']}, {'/'.join(x['other']['variants'])}"
+                                          f" on {x['other']['threads']}" for x in xs)})
+        elif on and not off and cap is not None and any(t > cap for t in on):
+            out.append({**where, "pattern": "SME_BEYOND_CAP",
+                        "text": f"SME kernels ran at {on} thread(s), beyond the SME thread "
+                                f"cap ({cap}) the init line gave"})
+    return out
 
 
 def crosscheck_summary(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:

@@ -288,6 +288,16 @@ def count_entries(log_text: str, entries: Mapping[int, str]) -> tuple[dict[str, 
     return dict(hits), {k: sorted(v) for k, v in cpus.items()}
 
 
+def thread_counts(log_text: str, entries: Mapping[int, str]) -> dict[str, dict[int, int]]:
+    """Hits per probe id and guest vCPU (thread): how a family's work split over threads."""
+    out: dict[str, Counter[int]] = {}
+    for m in TRACE.finditer(log_text):
+        pid = entries.get(int(m.group("pc"), 16))
+        if pid is not None:
+            out.setdefault(pid, Counter())[int(m.group("cpu"))] += 1
+    return {k: dict(sorted(v.items())) for k, v in out.items()}
+
+
 IN_ASM = re.compile(r"^IN:[^\n]*\n0x(?P<pc>[0-9a-f]+):", re.M)
 
 

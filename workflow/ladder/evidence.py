@@ -15,6 +15,7 @@ from ladder.host import host_brief
 from ladder.io import atomic_write_json, atomic_write_text, read_json
 from ladder.recipes import Marker, host_cpu_flags
 from ladder.run import diagnose_crash, run
+from ladder.build import unbuilt_status
 
 FORMAT = "ladder-evidence/1"
 
@@ -79,6 +80,7 @@ def analyse_log(log: str, markers: Sequence[Marker], crash: str | None) -> dict[
         "compiled_features": features,
         "vendor_lines": parse.vendor_lines(log),
         "kleidiai_primary": parse.kleidiai_primary(log),
+        "kleidiai_sme": parse.kleidiai_sme(log),
         "kleidiai_unaccelerated_types": parse.kleidiai_unaccelerated_types(log),
         "repacked_layouts": parse.repacked_layouts(log),
         "amx_repacked_types": parse.amx_repacked_types(log),
@@ -108,7 +110,7 @@ def collect(*, rung: Mapping[str, Any], markers: Sequence[Marker], provenance: s
         "status": None, "reason": None,
     }
     if prov.get("status") != "ok":
-        record.update(status="build_failed", reason=prov.get("reason"), build_log=prov.get("log"))
+        record.update(status=unbuilt_status(prov), reason=prov.get("reason"), build_log=prov.get("log"))
         atomic_write_text(raw_log, f"no run: build failed ({prov.get('reason')})\n")
         atomic_write_json(out_json, record)
         return record

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ladder import stats
+from ladder import paths
 from ladder.errors import LadderError
 from ladder.io import atomic_write_json, atomic_write_text, read_json
 
@@ -104,14 +105,14 @@ def explain_failures(log: Any, hosts: Iterable[str]) -> list[str]:
         lines.append(f"ladder: {where}: rule {job['rule']} failed"
                      + (f" (log: {job['log']})" if job["log"] else ""))
     if lines:
-        done = [h for h in names if Path(f"results/hosts/{h}/report/ladder.json").exists()]
+        done = [h for h in names if Path(paths.result("report_json", host=h)).exists()]
         lines.append("ladder: results of the other hosts are kept; hosts with a report: "
                      + (", ".join(done) or "none")
                      + (". Partial fleet report: results/report/fleet-partial.html" if done
                         else ""))
         if done:
             try:
-                write_fleet([f"results/hosts/{h}/report/ladder.json" for h in done],
+                write_fleet([paths.result("report_json", host=h) for h in done],
                             Path("results/report"), stem="fleet-partial",
                             absent={h: [ln for ln in lines if f"host {h}:" in ln]
                                     for h in names if h not in done})

@@ -48,6 +48,19 @@ class Family:
     buffer: str | None = None
     host_flags: tuple[str, ...] = ()
     description: str = ""
+    show_flags: tuple[str, ...] = ()
+    operands: Mapping[str, str] = field(default_factory=dict)
+    shapes: Mapping[str, str] = field(default_factory=dict)
+    sets: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    sme_variants: tuple[str, ...] = ()
+
+    def classify(self, symbol: str) -> dict[str, str | None]:
+        """A kernel's operand (q4/q8/f32), shape (GEMM/GEMV) and ISA variant, by the family's
+        own naming rules (None where a rule does not match: e.g. a packing kernel)."""
+        def first(rules: Mapping[str, str]) -> str | None:
+            return next((k for k, rx in rules.items() if re.search(rx, symbol)), None)
+        return {"operand": first(self.operands), "shape": first(self.shapes),
+                "variant": first(self.variants)}
 
     def patterns(self) -> dict[str, re.Pattern[str]]:
         return {k: re.compile(getattr(self, k)) for k in KINDS if getattr(self, k)}
@@ -78,7 +91,8 @@ def load_families(arch: str, path: str | Path | None = None) -> FamilySet:
     fams: dict[str, Family] = {}
     for name, f in (spec.get("families") or {}).items():
         unknown = set(f) - {"dispatch", "kernels", "variants", "buffer", "host_flags",
-                            "description"}
+                            "description", "show_flags", "operands", "shapes", "sets",
+                            "sme_variants"}
         if unknown:
             raise LadderError(f"kernel families file {p}: {arch}.families.{name}: unknown keys "
                               f"{sorted(unknown)}")
@@ -86,7 +100,14 @@ def load_families(arch: str, path: str | Path | None = None) -> FamilySet:
             raise LadderError(f"kernel families file {p}: {arch}.families.{name} needs "
                               "'dispatch' or 'kernels'")
         regexes = {k: f.get(k) for k in KINDS}
-        regexes.update({f"variants.{v}": rx for v, rx in (f.get("variants") or {}).items()})
+        for group in ("variants", "operands", "shapes"):
+            regexes.update({f"{group}.{v}": rx for v, rx in (f.get(group) or {}).items()})
+        for set_name, shapes in (f.get("sets") or {}).items():
+            bad = {v for v in shapes.values() if v not in (f.get("variants") or {})}
+            if bad or set(shapes) - set(f.get("shapes") or {}):
+                raise LadderError(f"kernel families file {p}: {arch}.families.{name}.sets."
+                                  f"{set_name}: {dict(shapes)} names a variant or shape the "
+                                  "family does not define")
         for key, rx in regexes.items():
             if rx is None:
                 continue
@@ -98,7 +119,12 @@ def load_families(arch: str, path: str | Path | None = None) -> FamilySet:
         fams[name] = Family(name=name, dispatch=f.get("dispatch"), kernels=f.get("kernels"),
                             variants=dict(f.get("variants") or {}), buffer=f.get("buffer"),
                             host_flags=tuple(f.get("host_flags") or ()),
-                            description=f.get("description", ""))
+                            description=f.get("description", ""),
+                            show_flags=tuple(f.get("show_flags") or ()),
+                            operands=dict(f.get("operands") or {}),
+                            shapes=dict(f.get("shapes") or {}),
+                            sets={k: dict(v) for k, v in (f.get("sets") or {}).items()},
+                            sme_variants=tuple(f.get("sme_variants") or ()))
     return FamilySet(arch=arch, library=spec.get("library", "libggml-cpu.so"), families=fams,
                      source=str(p))
 

@@ -109,6 +109,29 @@ def kleidiai_primary(log: str) -> dict[str, str]:
     return {m.group("kind"): m.group("feat") for m in KLEIDIAI_PRIMARY.finditer(clean(log))}
 
 
+KLEIDIAI_SME_CAP = re.compile(r"^kleidiai: SME enabled \((?P<how>[^)]*?)(?:thread cap=|"
+                              r"GGML_KLEIDIAI_SME=)(?P<cap>\d+)", re.M)
+KLEIDIAI_SME_OFF = re.compile(r"^kleidiai: SME disabled", re.M)
+
+
+def kleidiai_sme(log: str) -> dict[str, Any] | None:
+    """KleidiAI's SME state from its init lines: enabled with a thread cap (and how the cap was
+    set: runtime-detected, conservative default, or a GGML_KLEIDIAI_SME override), disabled,
+    or None when the log has neither line."""
+    text = clean(log)
+    m = KLEIDIAI_SME_CAP.search(text)
+    if m:
+        how = m.group("how")
+        source = ("override" if "override" in how or "GGML_KLEIDIAI_SME" in m.group(0) else
+                  "conservative" if "conservative" in how else "runtime-detected")
+        return {"state": "enabled", "thread_cap": int(m.group("cap")), "cap_source": source,
+                "line": m.group(0).strip()}
+    if KLEIDIAI_SME_OFF.search(text):
+        return {"state": "disabled", "thread_cap": 0, "cap_source": None,
+                "line": "kleidiai: SME disabled"}
+    return None
+
+
 def kleidiai_unaccelerated_types(log: str) -> list[str]:
     return sorted({m.group("type") for m in NO_KERNEL.finditer(clean(log))})
 

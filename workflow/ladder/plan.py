@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,6 +226,11 @@ class Plan:
                 return r
         raise LadderError(f"rung {name!r} is not in ladder {self.ladder_name}")
 
+    def vendor_records(self, key: str) -> list[tuple[str, str]]:
+        """(name, vendor id) of each FetchContent source a build needs (its vendor_source job)."""
+        return [(name, canonical_hash(json.loads(ident), 16))
+                for name, ident in self.recipes_by_key[key].vendor]
+
     def recipe_params(self, key: str) -> dict[str, Any]:
         return self.recipes_by_key[key].as_dict()
 
@@ -238,6 +244,7 @@ class Plan:
             "runtime": r.runtime.as_dict(), "env": dict(r.runtime.env),
             "bench_argv": r.runtime.bench_argv(), "common_argv": r.runtime.common_argv(),
             "mechanisms": r.mechanisms,
+            "negative_controls": list(r.negative_controls),
             "markers": [m.__dict__ for m in r.markers],
             "not_applicable": self.not_applicable.get(r.name),
             **self.guest(),
@@ -325,6 +332,17 @@ class Plan:
         return resolve_threads(list(threads or self.config["dispatch"]["threads"]),
                                self.facts.get("cores"))
 
+    def dispatch_toggles(self, rung: str) -> list[dict[str, Any]]:
+        """Runtime toggles of one rung's binary swept as dispatch cells of their own: the
+        serving toggle's variant (aarch64: GGML_KLEIDIAI_SME=0 on the KleidiAI rung), on an
+        emulated host by default (emulation.dispatch.toggle), on a real one if dispatch.toggle."""
+        on = ((self.emulation.get("dispatch") or {}).get("toggle", True) if self.emulated
+              else self.config["dispatch"].get("toggle", False))
+        variant = serving.toggle_variant(self.serving, self.ladder_name)
+        if not on or not variant or variant["rung"] != rung:
+            return []
+        return [{"name": variant["name"], "runtime": dict(variant.get("runtime") or {})}]
+
     def dispatch_settings(self) -> dict[str, Any]:
         """The sweep's settings (the gate is the ledger's business: editing it reruns nothing)."""
         out = {k: v for k, v in self.config["dispatch"].items() if k != "must_dispatch"}
@@ -370,7 +388,10 @@ class Plan:
             if p["experiment"] == "toggle":
                 if not variant or variant["rung"] not in [r.name for r in self.applicable]:
                     continue
-                p = {**p, "base": variant["rung"], "variant": variant["name"]}
+                # its own noise floor: the control when it is the toggled rung's twin, else a
+                # second label of the toggled rung itself, interleaved like the rest
+                p = {**p, "base": variant["rung"], "variant": variant["name"],
+                     "twin": variant["rung"], "control": self.toggle_control(variant["rung"])}
             out.append(p)
         return out
 
@@ -399,7 +420,17 @@ class Plan:
         control = self.control
         if control and control.twin_of == p["base"] and control.name not in self.not_applicable:
             out.append(entry(control))
+        else:
+            out.append({**base, "name": self.toggle_control(p["base"]), "twin_of": p["base"],
+                        "label": f"{base['label']} (control twin of the toggle)"})
         return out
+
+    def toggle_control(self, base: str) -> str:
+        """The rung name that gives a toggle on ``base`` its noise floor."""
+        control = self.control
+        if control and control.twin_of == base and control.name not in self.not_applicable:
+            return control.name
+        return f"{base}_twin"
 
     def report_plan(self) -> dict[str, Any]:
         control = self.control

@@ -25,6 +25,7 @@ from ladder.io import (
     sha256_file,
 )
 from ladder.run import RunResult, run
+from ladder.build import unbuilt_status
 
 FORMAT = "ladder-quality/1"
 # tools/perplexity/perplexity.cpp: "if (kld.count < 100) return; // we do not wish to do
@@ -158,7 +159,7 @@ def measure(*, rung: Mapping[str, Any], is_reference: bool, provenance: str,
         return rec
 
     if prov.get("status") != "ok":
-        return done("build_failed", prov.get("reason"))
+        return done(unbuilt_status(prov), prov.get("reason"))
     env, extra = dict(rung["env"]), list(rung["common_argv"])
     timeout = float(settings["timeout_s"])
     launcher = list(rung.get("launcher") or [])  # qemu -cpu <model> on an emulated host

@@ -8,17 +8,18 @@ rungs with the same recipe share one build, and switching a recipe back finds th
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import platform
 import re
 import shutil
-import socket
 import subprocess
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
+from ladder import vendor
 from ladder.errors import LadderError
 from ladder.io import canonical_hash
 
@@ -84,6 +85,8 @@ class Recipe:
     cpu_cflags: tuple[str, ...] = ()
     # a CMake toolchain file of workflow/cmake/ (cross builds: the emulated aarch64 lane)
     toolchain: str | None = None
+    # FetchContent dependencies (name, identity) from vendor_sources: kind and hash, no path
+    vendor: tuple[tuple[str, str], ...] = ()
 
     @property
     def native(self) -> bool:
@@ -99,7 +102,13 @@ class Recipe:
         }
         if self.toolchain:  # only when set: native build keys stay what they were
             out["toolchain"] = self.toolchain
+        if self.vendor:  # likewise: only rungs with a vendor dependency
+            out["vendor"] = {name: json.loads(ident) for name, ident in self.vendor}
         return out
+
+    @property
+    def vendor_names(self) -> list[str]:
+        return [name for name, _ in self.vendor]
 
 
 @dataclass(frozen=True)
@@ -115,6 +124,7 @@ class Rung:
     markers: tuple[Marker, ...]
     twin_of: str | None = None
     family: str | None = None
+    negative_controls: tuple[str, ...] = ()
 
     @property
     def mechanisms(self) -> list[str]:
@@ -129,7 +139,17 @@ def _cmake_value(key: str, value: Any) -> str:
     raise LadderError(f"cmake define {key}: value {value!r} is not a string, number or boolean")
 
 
-def _recipe(entry: Mapping[str, Any], build_cfg: Mapping[str, Any], where: str) -> Recipe:
+def _vendor(entry: Mapping[str, Any], config: Mapping[str, Any] | None,
+            where: str) -> tuple[tuple[str, str], ...]:
+    names = ((entry.get("requires") or {}).get("fetchcontent") or [])
+    if not names or config is None:
+        return ()
+    return tuple((n, json.dumps(vendor.identity(n, vendor.spec_of(config, n, where)),
+                                sort_keys=True)) for n in names)
+
+
+def _recipe(entry: Mapping[str, Any], build_cfg: Mapping[str, Any], where: str,
+            config: Mapping[str, Any] | None = None) -> Recipe:
     cmake: dict[str, str] = {}
     for key, value in {**build_cfg.get("common_cmake", {}), **entry.get("cmake", {})}.items():
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
@@ -141,6 +161,7 @@ def _recipe(entry: Mapping[str, Any], build_cfg: Mapping[str, Any], where: str) 
         targets=tuple(build_cfg["targets"]),
         build_type=str(build_cfg.get("build_type", "Release")),
         cpu_cflags=tuple(str(f) for f in entry.get("cpu_cflags", [])),
+        vendor=_vendor(entry, config, where),
     )
 
 
@@ -209,13 +230,15 @@ def rungs_from_config(config: Mapping[str, Any], ladder_name: str | None = None)
                 name=rname,
                 label=entry.get("label", rname),
                 adds=entry.get("adds", ""),
-                recipe=_recipe(entry, build_cfg, where),
+                recipe=_recipe(entry, build_cfg, where, config),
                 runtime=_runtime(entry),
                 requires_arch=req.get("arch"),
                 requires_cpu_flags=tuple(req.get("cpu_flags", [])),
                 requires_fetchcontent=tuple(req.get("fetchcontent", [])),
                 markers=_markers(entry),
                 family=entry.get("family"),
+                negative_controls=tuple(str(q).lower() for q in
+                                        entry.get("negative_controls") or ()),
             )
         )
     control = ladder.get("control")
@@ -345,21 +368,14 @@ def build_key(recipe: Recipe, source_id: str, facts: Mapping[str, Any] | None = 
 # --- applicability ---------------------------------------------------------------------------
 
 
-def _reachable(host: str, port: int = 443, timeout: float = 3.0) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
 def not_applicable_reason(
     rung: Rung,
     arch: str | None = None,
     cpu_flags: frozenset[str] | None = None,
-    reachable: Any = _reachable,
 ) -> str | None:
-    """Why this host cannot run this rung, or None when it can."""
+    """Why this host cannot run this rung, or None when it can: its arch and CPU flags only.
+    Whether a vendor source is usable is decided by its vendor_source job (ladder.vendor) and
+    recorded, never probed while the DAG is planned."""
     arch = arch or host_arch()
     flags = host_cpu_flags() if cpu_flags is None else cpu_flags
     if rung.requires_arch and rung.requires_arch != arch:
@@ -367,17 +383,4 @@ def not_applicable_reason(
     missing = [f for f in rung.requires_cpu_flags if f not in flags]
     if missing:
         return f"host CPU lacks {', '.join(missing)}"
-    for name in rung.requires_fetchcontent:
-        override = rung.recipe.cmake.get(f"FETCHCONTENT_SOURCE_DIR_{name.upper()}")
-        if override:
-            if not Path(override).is_dir():
-                return (
-                    f"no {name} source: FETCHCONTENT_SOURCE_DIR_{name.upper()}={override} "
-                    "is not a directory"
-                )
-        elif not reachable("github.com"):
-            return (
-                f"no {name} source: github.com is unreachable and no "
-                f"FETCHCONTENT_SOURCE_DIR_{name.upper()} is set in the rung's cmake"
-            )
     return None

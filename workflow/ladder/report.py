@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import asdict
 from typing import Any, Mapping, Sequence
 
 from ladder import stats
@@ -45,6 +46,9 @@ def rung_status(plan_rung: Mapping[str, Any], build: Mapping[str, Any] | None,
     if build is None:
         return {"status": "unknown", "reason": "no build provenance found", "log": None,
                 "measured_in": []}
+    if build.get("status") == "not_applicable":  # its vendor_source job found no usable source
+        return {"status": "not_applicable", "reason": build.get("reason"), "log": None,
+                "measured_in": []}
     if build.get("status") != "ok":
         return {"status": "build_failed", "reason": build.get("reason"), "log": build.get("log"),
                 "measured_in": []}
@@ -64,6 +68,84 @@ def rung_status(plan_rung: Mapping[str, Any], build: Mapping[str, Any] | None,
         return {"status": status, "reason": reason + more, "log": log, "measured_in": measured,
                 "problems": [{"status": p[0], "reason": p[1], "log": p[2]} for p in problems]}
     return {"status": "ok", "reason": None, "log": build.get("log"), "measured_in": measured}
+
+
+def thread_reconciliation(cells: Sequence[Mapping[str, Any]], ladder: Sequence[str],
+                          confidence: float = 0.95) -> list[dict[str, Any]]:
+    """Each rung at its own best thread count against the floor at the floor's best, beside the
+    same-thread comparison ("the vendor kernels at 2 threads vs NEON at its best", not only
+    "at equal threads"). Different cells: the rounds do not pair, so the interval is Welch's on
+    the round means, judged against the larger of the two cells' noise floors."""
+    groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
+    for c in cells:
+        groups.setdefault((c["model"]["model"], c["quant"], c["workload"]), []).append(c)
+    out = []
+    for (model, quant, workload), cs in groups.items():
+        if len({c["threads"] for c in cs}) < 2 or not ladder:
+            continue
+        best: dict[str, Mapping[str, Any]] = {}
+        for name in ladder:
+            have = [c for c in cs if (c["rungs"].get(name) or {}).get("n")]
+            if have:
+                best[name] = max(have, key=lambda c: c["rungs"][name]["median"])
+        base = ladder[0]
+        if base not in best:
+            continue
+        bc = best[base]
+        rows = []
+        for name in ladder[1:]:
+            if name not in best:
+                continue
+            rc = best[name]
+            r = stats.unpaired_ratio_ci(bc["rungs"][base]["round_means"],
+                                        rc["rungs"][name]["round_means"], confidence)
+            floors = [c["noise_floor"]["floor"] for c in (bc, rc)]
+            floor = None if None in floors else max(floors)
+            checks = [c["noise_floor"]["control_check"]["passed"] for c in (bc, rc)]
+            v = stats.verdict(r, floor, False if False in checks else True)
+            same = next((x for x in rc.get("vs_floor") or [] if x["rung"] == name), None)
+            rows.append({"rung": name, "threads": rc["threads"], "base_threads": bc["threads"],
+                         "ratio": asdict(r), "verdict": asdict(v),
+                         "same_threads": {"threads": rc["threads"],
+                                          "verdict": same["verdict"]["text"]} if same else None})
+        out.append({"model": model, "quant": quant, "workload": workload, "base": base,
+                    "base_threads": bc["threads"], "rows": rows})
+    return out
+
+
+def negative_controls(rungs: Sequence[Mapping[str, Any]],
+                      evidence: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A rung's negative-control quants (its mechanism has no kernel for them): whether its
+    weight buffer still took some of their weights, as the evidence run shows. A pure opt-out
+    puts nothing there; Q4_K_M under KleidiAI puts the tied Q8_0 embedding there."""
+    out = []
+    for r in rungs:
+        buffers = [m["buffer"] for m in r.get("markers") or []
+                   if m.get("buffer") and not m.get("absent")]
+        for quant in r.get("negative_controls") or []:
+            ev = (evidence.get(quant) or {}).get(r["name"])
+            if not ev:
+                continue
+            held = {b: mib for b in buffers
+                    if (mib := (ev.get("weight_buffers_mib") or {}).get(b, 0.0)) > 0}
+            skipped = ev.get("kleidiai_unaccelerated_types") or []
+            if ev.get("status") != "ok":
+                text = f"no evidence run ({ev.get('status')}: {ev.get('reason')})"
+                pure = None
+            elif held:
+                text = ("not a pure opt-out: " + ", ".join(f"{b} holds {mib:.2f} MiB" for b, mib
+                                                          in held.items()) +
+                        " of this quant's weights (tensors of a type the library has kernels "
+                        "for, e.g. a Q8_0 tied embedding)")
+                pure = False
+            else:
+                text = f"a pure opt-out: no weights in {', '.join(buffers) or 'its buffer'}"
+                pure = True
+            if skipped:
+                text += f"; the library named types it does not accelerate: {', '.join(skipped)}"
+            out.append({"rung": r["name"], "quant": quant, "pure": pure, "held_mib": held,
+                        "text": text})
+    return out
 
 
 def credit_line(ev: Mapping[str, Any] | None) -> str:
@@ -334,10 +416,13 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
         },
         "rungs": rungs,
         "evidence": evidence_by_quant,
+        "negative_controls": negative_controls(rungs, evidence_by_quant),
         "quality": quality_by_quant,
         "reference": plan.get("reference"),
         "quality_tolerance": tolerance,
         "cells": cells,
+        "reconciliation": thread_reconciliation(cells, plan["ladder_order"],
+                                                stats_cfg["confidence"]),
         "ledger": ledger_doc,
         "bandwidth": bw_doc,
         "peak_gflops": peak,

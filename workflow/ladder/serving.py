@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from ladder import progress, stats
 from ladder.bench import built_rungs, round_orders
+from ladder import paths
 from ladder.errors import LadderError
 from ladder.host import host_brief
 from ladder.io import atomic_write_json, atomic_write_text, read_json
@@ -266,11 +267,14 @@ def _summarize(doc: Mapping[str, Any], ladder: Sequence[str], control: str | Non
 
 def summarize_bench_point(doc: Mapping[str, Any], point: Mapping[str, Any],
                           plan: Mapping[str, Any], stats_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    control, twin = plan.get("control"), plan.get("twin")
     if point["experiment"] == "toggle":
         ladder = [point["base"], point["variant"]]
+        # the toggle's own floor: its base rung measured twice (older plans: the ladder's)
+        control, twin = point.get("control", control), point.get("twin", twin)
     else:
         ladder = plan["ladder_order"]
-    cell = _summarize(doc, ladder, plan.get("control"), plan.get("twin"), stats_cfg)
+    cell = _summarize(doc, ladder, control, twin, stats_cfg)
     return {**{k: point[k] for k in ("experiment", "point", "x", "phase", "spec")},
             "threads": doc["threads"], "cell": cell, "rung_status": doc["rungs"]}
 
@@ -374,15 +378,20 @@ def serving_section(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
     out: dict[str, Any] = {e: [] for e in BENCH_EXPERIMENTS}
     by_key = {(p["experiment"], p["point"], int(p["threads"])): p for p in points}
     for path in point_files:
-        # .../serving/<experiment>/<model>/<point>/t<threads>.json
-        parts = Path(path).parts
-        key = (parts[-4], parts[-2], int(parts[-1][1:].split(".")[0]))
-        point = by_key.get(key)
-        if point is None:
-            missing.append({"file": path, "problem": "not a point of this plan"})
-            continue
         try:
             doc = read_json(path)
+        except LadderError as exc:
+            missing.append({"file": path, "problem": str(exc)})
+            continue
+        # a point's identity is in its own JSON (older results: read back from its path)
+        where = paths.match("serving_point", path) or {}
+        key = (doc.get("experiment") or where.get("experiment"), doc.get("workload"),
+               int(doc.get("threads") or where.get("threads") or 0))
+        point = by_key.get(key)
+        if point is None:
+            missing.append({"file": path, "problem": f"not a point of this plan ({key})"})
+            continue
+        try:
             out[point["experiment"]].append(summarize_bench_point(doc, point, plan, stats_cfg))
         except LadderError as exc:
             missing.append({"file": path, "problem": str(exc)})

@@ -20,6 +20,7 @@ from typing import Any, MutableMapping, Sequence
 
 import yaml
 
+from ladder import paths
 from ladder.config import validate_config
 from ladder.errors import LadderError
 from ladder.hosts import check_facts, hosts_from_config
@@ -62,7 +63,7 @@ def host_plans(config: dict[str, Any], names: Sequence[str]) -> dict[str, Plan]:
         raise LadderError(f"--host {', '.join(unknown)}: not in hosts ({', '.join(hosts)})")
     plans = {}
     for name in names or list(hosts):
-        path = f"results/hosts/{name}/host.json"
+        path = paths.result("host", host=name)
         if not Path(path).exists():
             raise LadderError(f"host {name}: {path} does not exist yet; run the workflow (or "
                               f"its host_facts job) for this host first")
@@ -82,18 +83,21 @@ def rung_paths(kind: str, rung: str, plans: dict[str, Plan]) -> list[str]:
             print(f"ladder paths: host {name}: {rung} is not applicable "
                   f"({plan.not_applicable[rung]}); skipped", file=sys.stderr)
             continue
-        h = f"results/hosts/{name}"
         if kind == "build":
             out.append(f"{Plan.builds_dir_of(plan.config)}/{plan.build_keys[rung]}/"
                        "provenance.json")
             continue
         quants = plan.model_quants()
-        out += [f"{h}/evidence/{m}/{q}/{rung}.json" for m, q in quants]
+        out += [paths.result("evidence", host=name, model=m, quant=q, rung=rung)
+                for m, q in quants]
         if rung in plan.quality_rungs():
-            out += [f"{h}/quality/{m}/{q}/{rung}.json" for m, q in quants]
+            out += [paths.result("quality", host=name, model=m, quant=q, rung=rung)
+                    for m, q in quants]
         if rung in plan.dispatch_rungs():
-            out += [f"{h}/dispatch/{m}/{rung}.json" for m in sorted({m for m, _ in quants})]
-        out += [f"{h}/bench/{m}/{q}/{w}/t{t}.json" for m, q, w, t in plan.cells()]
+            out += [paths.result("dispatch", host=name, model=m, rung=rung)
+                    for m in sorted({m for m, _ in quants})]
+        out += [paths.result("bench", host=name, model=m, quant=q, workload=w, threads=t)
+                for m, q, w, t in plan.cells()]
     return list(dict.fromkeys(out))
 
 

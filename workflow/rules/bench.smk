@@ -2,8 +2,8 @@ rule bench:
     input:
         unpack(bench_inputs),
     output:
-        samples=f"{H}/bench/{{model}}/{{quant}}/{{workload}}/t{{threads}}.json",
-        raw=directory(f"{H}/bench/{{model}}/{{quant}}/{{workload}}/t{{threads}}.raw"),
+        samples=paths.pattern("bench"),
+        raw=directory(paths.beside("bench", ".raw")),
     log:
         "logs/{host}/bench/{model}/{quant}/{workload}/t{threads}.log",
     conda:

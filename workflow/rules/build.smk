@@ -4,6 +4,7 @@ rule build:
     input:
         source=source_json,
         builder=builder_known,
+        vendor=build_vendor,
     output:
         provenance=f"{B}/{{build_key}}/provenance.json",
     log:
@@ -38,7 +39,7 @@ rule rung:
     input:
         rung_target_inputs,
     output:
-        json=f"{H}/rungs/{{rung}}.json",
+        json=paths.pattern("rung_card"),
     log:
         "logs/{host}/rung/{rung}.log",
     conda:

@@ -4,12 +4,14 @@
 import os
 import sys
 
+from ladder import paths
 from ladder.errors import LadderError
 from ladder.host import host_facts as local_facts
 from ladder.hosts import check_facts, hosts_from_config
 from ladder.io import read_json
 from ladder.plan import Plan, check_config, code_hash
 from ladder.recipes import host_arch
+from ladder.vendor import vendor_id
 
 HOSTS = {h.name: h for h in hosts_from_config(config, host_arch())}
 check_config(config, list(HOSTS.values()))
@@ -23,13 +25,15 @@ if QUANTIZE_HOST is None:
         "hosts: every host is emulated; list this machine too ({name: local}): its "
         "quantizer build makes the models the emulated hosts load"
     )
-H = "results/hosts/{host}"
+H = paths.HOST
 
 
 wildcard_constraints:
     build_key="[0-9a-f]{16}",
     source_id="[0-9a-f]{16}",
     model_sha="[0-9a-f]{16}",
+    vendor="[A-Za-z][A-Za-z0-9_]*",
+    vendor_id="[0-9a-f]{16}",
     rung="[a-z][a-z0-9_]*",
     threads="[0-9]+",
     host="[a-z][a-z0-9_]*",
@@ -52,7 +56,7 @@ def host(name):
 
 
 def facts_path(name):
-    return f"results/hosts/{name}/host.json"
+    return paths.result("host", host=name)
 
 
 def plannable_now(name):
@@ -100,6 +104,25 @@ def build_host(key):
         if key in host_plan(name).recipes_by_key:
             return name
     raise LadderError(f"build key {key} belongs to no host's plan (stale target?)")
+
+
+def build_vendor(wildcards):
+    """The vendor_source records (KleidiAI) a build needs: their check is a job's."""
+    plan = host_plan(build_host(wildcards.build_key))
+    return [
+        f"{R}/vendor/{name}/{vid}/vendor.json"
+        for name, vid in plan.vendor_records(wildcards.build_key)
+    ]
+
+
+def vendor_spec(wildcards):
+    spec = (config.get("vendor_sources") or {}).get(wildcards.vendor)
+    if spec is None or vendor_id(wildcards.vendor, spec) != wildcards.vendor_id:
+        raise LadderError(
+            f"vendor source {wildcards.vendor}/{wildcards.vendor_id} is not the one "
+            "vendor_sources names now (stale target?)"
+        )
+    return spec
 
 
 def emulation_facts_settings(wildcards):
@@ -252,29 +275,34 @@ def measure_threads(wildcards):
 
 def report_inputs(wildcards):
     plan = host_plan(wildcards.host)
-    h = f"results/hosts/{wildcards.host}"
+    host = wildcards.host
     return {
         "source": source_json(),
-        "host": f"{h}/host.json",
+        "host": paths.result("host", host=host),
         "builds": sorted(
             {provenance(plan.build_keys[r.name]) for r in plan.applicable}
         ),
         "models": [model_meta(m, q) for m, q in plan.model_quants()],
         "evidence": [
-            f"{h}/evidence/{m}/{q}/{r.name}.json"
+            paths.result("evidence", host=host, model=m, quant=q, rung=r.name)
             for m, q in plan.model_quants()
             for r in plan.applicable
         ],
-        "bench": [f"{h}/bench/{m}/{q}/{w}/t{t}.json" for m, q, w, t in plan.cells()],
+        "bench": [
+            paths.result("bench", host=host, model=m, quant=q, workload=w, threads=t)
+            for m, q, w, t in plan.cells()
+        ],
         "quality": [
-            f"{h}/quality/{m}/{q}/{r}.json"
+            paths.result("quality", host=host, model=m, quant=q, rung=r)
             for m, q in plan.model_quants()
             for r in plan.quality_rungs()
         ],
-        "bandwidth": [f"{h}/bandwidth.json"] if plan.bandwidth_enabled else [],
-        "ledger": [f"{h}/dispatch/ledger.json"] if plan.dispatch_enabled else [],
+        "bandwidth": (
+            [paths.result("bandwidth", host=host)] if plan.bandwidth_enabled else []
+        ),
+        "ledger": [paths.result("ledger", host=host)] if plan.dispatch_enabled else [],
         "gate": (
-            [f"{h}/dispatch/gate.ok"]
+            [paths.result("gate", host=host)]
             if plan.dispatch_enabled and config["dispatch"]["must_dispatch"]
             else []
         ),
@@ -292,7 +320,9 @@ def rung_target_inputs(wildcards):
     if wildcards.rung in plan.not_applicable:
         return []
     return [rung_provenance(wildcards)] + [
-        f"results/hosts/{wildcards.host}/evidence/{m}/{q}/{wildcards.rung}.json"
+        paths.result(
+            "evidence", host=wildcards.host, model=m, quant=q, rung=wildcards.rung
+        )
         for m, q in plan.model_quants()
     ]
 
@@ -313,9 +343,12 @@ def quality_inputs(wildcards):
     }
     if wildcards.rung != ref:
         # the floor's small result JSON, not its logits file: see ladder/quality.py
-        inputs["floor_result"] = (
-            f"results/hosts/{wildcards.host}/quality/{wildcards.model}/"
-            f"{wildcards.quant}/{ref}.json"
+        inputs["floor_result"] = paths.result(
+            "quality",
+            host=wildcards.host,
+            model=wildcards.model,
+            quant=wildcards.quant,
+            rung=ref,
         )
     return inputs
 
@@ -338,15 +371,18 @@ def dispatch_quants(wildcards):
 
 def dispatch_inputs(wildcards):
     plan = host_plan(wildcards.host)
-    h = f"results/hosts/{wildcards.host}"
     inputs = {
         "build": provenance(plan.build_keys[wildcards.rung]),
         "families": families_file(),
     }
     for q in dispatch_quants(wildcards):
         inputs[f"model_{q}"] = model_meta(wildcards.model, q)
-        inputs[f"evidence_{q}"] = (
-            f"{h}/evidence/{wildcards.model}/{q}/{wildcards.rung}.json"
+        inputs[f"evidence_{q}"] = paths.result(
+            "evidence",
+            host=wildcards.host,
+            model=wildcards.model,
+            quant=q,
+            rung=wildcards.rung,
         )
     return inputs
 
@@ -354,7 +390,11 @@ def dispatch_inputs(wildcards):
 def dispatch_rung(wildcards):
     plan = host_plan(wildcards.host)
     r = plan.rung(wildcards.rung)
-    return {**plan.rung_summary(r), "family": r.family}
+    return {
+        **plan.rung_summary(r),
+        "family": r.family,
+        "toggles": plan.dispatch_toggles(r.name),
+    }
 
 
 def dispatch_threads(wildcards):
@@ -373,7 +413,7 @@ def ledger_inputs(wildcards):
     plan = host_plan(wildcards.host)
     models = sorted({m for m, _ in plan.model_quants()})
     return [
-        f"results/hosts/{wildcards.host}/dispatch/{m}/{r}.json"
+        paths.result("dispatch", host=wildcards.host, model=m, rung=r)
         for m in models
         for r in plan.dispatch_rungs()
     ]
@@ -393,23 +433,23 @@ def render_templates(kind="ladder"):
 def final_reports():
     """What `snakemake report` (and the default target) makes: every host's rendered report and
     the fleet report."""
-    return expand(
-        "results/hosts/{host}/report/ladder.{ext}", host=HOSTS, ext=["html", "md"]
-    ) + ["results/report/fleet.html", "results/report/fleet.md"]
+    return expand(paths.pattern("report"), host=HOSTS, ext=["html", "md"]) + expand(
+        paths.pattern("fleet"), ext=["html", "md"]
+    )
 
 
 def host_reports(wildcards=None):
-    return [f"results/hosts/{h}/report/ladder.json" for h in HOSTS]
+    return [paths.result("report_json", host=h) for h in HOSTS]
 
 
 # --- serving levers ----------------------------------------------------------------------------
 def serving_plan_files(wildcards):
     """Every serving result of a host (report inputs), keyed like the report's plan."""
     plan = host_plan(wildcards.host)
-    h = f"results/hosts/{wildcards.host}/serving"
+    host = wildcards.host
     models = plan.serving_model_quants()
     points = [
-        f"{h}/{p['experiment']}/{m}/{p['point']}/t{p['threads']}.json"
+        paths.result("serving_point", host=host, model=m, **p)
         for m, _ in models
         for p in plan.serving_points()
     ]
@@ -417,12 +457,12 @@ def serving_plan_files(wildcards):
     return {
         "serving_points": points,
         "serving_prefix": (
-            [f"{h}/prefix_cache/{m}.json" for m, _ in models]
+            [paths.result("serving_prefix", host=host, model=m) for m, _ in models]
             if cfg["prefix_cache"]["enabled"]
             else []
         ),
         "serving_concurrency": (
-            [f"{h}/concurrency/{m}.json" for m, _ in models]
+            [paths.result("serving_concurrency", host=host, model=m) for m, _ in models]
             if cfg["concurrency"]["enabled"]
             else []
         ),

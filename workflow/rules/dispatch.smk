@@ -2,8 +2,8 @@ rule dispatch:
     input:
         unpack(dispatch_inputs),
     output:
-        json=f"{H}/dispatch/{{model}}/{{rung}}.json",
-        raw=directory(f"{H}/dispatch/{{model}}/{{rung}}.raw"),
+        json=paths.pattern("dispatch"),
+        raw=directory(paths.beside("dispatch", ".raw")),
     log:
         "logs/{host}/dispatch/{model}/{rung}.log",
     conda:
@@ -33,9 +33,9 @@ rule dispatch:
 rule ledger:
     input:
         rungs=ledger_inputs,
-        host=f"{H}/host.json",
+        host=paths.pattern("host"),
     output:
-        f"{H}/dispatch/ledger.json",
+        paths.pattern("ledger"),
     log:
         "logs/{host}/dispatch/ledger.log",
     conda:
@@ -49,9 +49,9 @@ rule ledger:
 
 rule dispatch_gate:
     input:
-        f"{H}/dispatch/ledger.json",
+        paths.pattern("ledger"),
     output:
-        f"{H}/dispatch/gate.ok",
+        paths.pattern("gate"),
     log:
         "logs/{host}/dispatch/gate.log",
     conda:

@@ -3,8 +3,8 @@ rule evidence:
         build=rung_provenance,
         model=evidence_model,
     output:
-        json=f"{H}/evidence/{{model}}/{{quant}}/{{rung}}.json",
-        raw=f"{H}/evidence/{{model}}/{{quant}}/{{rung}}.log",
+        json=paths.pattern("evidence"),
+        raw=paths.beside("evidence", ".log"),
     log:
         "logs/{host}/evidence/{model}/{quant}/{rung}.log",
     conda:

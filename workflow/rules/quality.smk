@@ -16,8 +16,8 @@ rule quality:
     input:
         unpack(quality_inputs),
     output:
-        json=f"{H}/quality/{{model}}/{{quant}}/{{rung}}.json",
-        raw=f"{H}/quality/{{model}}/{{quant}}/{{rung}}.log",
+        json=paths.pattern("quality"),
+        raw=paths.beside("quality", ".log"),
     log:
         "logs/{host}/quality/{model}/{quant}/{rung}.log",
     conda:
@@ -30,7 +30,7 @@ rule quality:
         reference=is_reference,
         settings=quality_settings,
         threads=measure_threads,
-        logits_dir=f"{H}/quality/logits",
+        logits_dir=paths.pattern("quality_logits"),
         code=code("quality", "quality", "parse", "run"),
     script:
         "../../scripts/quality.py"

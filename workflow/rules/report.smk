@@ -3,7 +3,7 @@ rule host_report:
     input:
         unpack(report_inputs),
     output:
-        json=f"{H}/report/ladder.json",
+        json=paths.pattern("report_json"),
     log:
         "logs/{host}/report.log",
     conda:
@@ -20,25 +20,25 @@ rule host_report:
 
 rule render:
     input:
-        json=f"{H}/report/ladder.json",
+        json=paths.pattern("report_json"),
         templates=render_templates(),
     output:
         md=report(
-            f"{H}/report/ladder.md",
+            paths.beside("report_json", ".md"),
             caption="../report/ladder.rst",
             category="Report",
             subcategory="{host}",
             labels={"host": "{host}", "file": "Markdown"},
         ),
         html=report(
-            f"{H}/report/ladder.html",
+            paths.beside("report_json", ".html"),
             caption="../report/ladder.rst",
             category="Report",
             subcategory="{host}",
             labels={"host": "{host}", "file": "standalone HTML"},
         ),
         figures=report(
-            directory(f"{H}/report/figures"),
+            directory(paths.pattern("figures")),
             patterns=["{name}.png"],
             caption="../report/figures.rst",
             category="Figures",

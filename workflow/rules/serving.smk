@@ -3,10 +3,8 @@ rule serve_bench:
     input:
         unpack(serving_inputs),
     output:
-        samples=f"{H}/serving/{{experiment}}/{{model}}/{{point}}/t{{threads}}.json",
-        raw=directory(
-            f"{H}/serving/{{experiment}}/{{model}}/{{point}}/t{{threads}}.raw"
-        ),
+        samples=paths.pattern("serving_point"),
+        raw=directory(paths.beside("serving_point", ".raw")),
     log:
         "logs/{host}/serving/{experiment}/{model}/{point}/t{threads}.log",
     conda:
@@ -30,8 +28,8 @@ rule serve_prefix:
         unpack(serving_inputs),
         corpus=lambda wc: corpus_files()["txt"],
     output:
-        json=f"{H}/serving/prefix_cache/{{model}}.json",
-        raw=directory(f"{H}/serving/prefix_cache/{{model}}.raw"),
+        json=paths.pattern("serving_prefix"),
+        raw=directory(paths.beside("serving_prefix", ".raw")),
     log:
         "logs/{host}/serving/prefix_cache/{model}.log",
     conda:
@@ -53,8 +51,8 @@ rule serve_concurrency:
     input:
         unpack(serving_inputs),
     output:
-        json=f"{H}/serving/concurrency/{{model}}.json",
-        raw=directory(f"{H}/serving/concurrency/{{model}}.raw"),
+        json=paths.pattern("serving_concurrency"),
+        raw=directory(paths.beside("serving_concurrency", ".raw")),
     log:
         "logs/{host}/serving/concurrency/{model}.log",
     conda:

@@ -14,10 +14,28 @@ rule fetch_source:
         "../../scripts/fetch_source.py"
 
 
+# A rung's FetchContent dependency (KleidiAI): checked (sha256, or upstream reachability) and
+# unpacked by a job, never while the DAG is planned; the record says whether the build can use it.
+rule vendor_source:
+    output:
+        json=f"{R}/vendor/{{vendor}}/{{vendor_id}}/vendor.json",
+    log:
+        "logs/vendor/{vendor}.{vendor_id}.log",
+    conda:
+        "../../envs/ladder.yaml"
+    resources:
+        runtime=10,
+    params:
+        spec=vendor_spec,
+        code=code("vendor_source", "vendor"),
+    script:
+        "../../scripts/vendor_source.py"
+
+
 # Read on the node itself: every later job of the host is planned from these facts.
 checkpoint host_facts:
     output:
-        json=f"{H}/host.json",
+        json=paths.pattern("host"),
     log:
         "logs/{host}/host.log",
     conda:
@@ -41,7 +59,7 @@ checkpoint host_facts:
 
 rule bandwidth:
     output:
-        json=f"{H}/bandwidth.json",
+        json=paths.pattern("bandwidth"),
     log:
         "logs/{host}/bandwidth.log",
     conda:
