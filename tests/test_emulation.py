@@ -193,3 +193,31 @@ def test_translation_log_gives_kernel_presence() -> None:
     assert emulation.count_translations(text, entries) == {"gemv_q4_0": 1, "gemv_q8_0": 1}
     argv = emulation.translation_log_argv(["qemu"], [0x5500522A64], "/tmp/a.log")
     assert argv[1:3] == ["-d", "in_asm"] and argv[4] == "0x5500522a64+4"
+
+
+def test_the_emulated_lane_is_one_overlay(default_config):
+    """emulation.effective_settings is the only place the lane differs from a real host: the
+    two are compared key by key, and nothing else in the plan branches on emulation."""
+    from snakemake.utils import validate
+
+    cfg = dict(default_config)
+    validate(cfg, str(Path(__file__).resolve().parents[1] / "workflow" / "schemas" /
+                      "config.schema.yaml"))
+    real = emulation.effective_settings(cfg, emulated=False)
+    emu = emulation.effective_settings(cfg, emulated=True)
+    assert real["throughput"] and real["serving"] and real["bandwidth"]
+    assert not (emu["throughput"] or emu["serving"] or emu["bandwidth"])
+    assert real["dispatch"] == {k: v for k, v in cfg["dispatch"].items() if k != "must_dispatch"}
+    assert emu["dispatch"]["method"] == "qemu-exec" and emu["dispatch"]["crosscheck"] is True
+    assert emu["dispatch"]["workloads"] == cfg["emulation"]["dispatch"]["workloads"]
+    assert emu["dispatch_threads"] == [1, 2] and real["dispatch_threads"] == [1, "all"]
+    assert emu["dispatch_toggle"] is True and real["dispatch_toggle"] is False
+    assert (emu["quality"]["ctx"], emu["quality"]["chunks"]) == (128, 2)
+    assert emu["quality"]["timeout_s"] == 1800 and real["quality"]["timeout_s"] == 1200
+    differing = {k for k in real if real[k] != emu[k]}
+    assert differing == {"throughput", "serving", "bandwidth", "quality", "dispatch",
+                         "dispatch_threads", "dispatch_toggle", "timeout_s"}
+    plan_src = (Path(__file__).resolve().parents[1] / "workflow" / "ladder" /
+                "plan.py").read_text()
+    # settings are read from the overlay; only the launcher (qemu) and labels know the lane
+    assert plan_src.count("self.emulated") <= 2

@@ -36,7 +36,7 @@ def test_a_live_runs_lock_is_kept(tmp_path, capsys):
     fake.chmod(0o755)
     proc = subprocess.Popen([str(fake)], cwd=tmp_path)
     cmdline = Path(f"/proc/{proc.pid}/cmdline")
-    for _ in range(200):  # until it has exec'd (the forked child is still python at first)
+    for _ in range(1000):  # until it has exec'd (the forked child is still python at first)
         if b"snakemake" in cmdline.read_bytes():
             break
         time.sleep(0.01)

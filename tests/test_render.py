@@ -17,7 +17,8 @@ from ladder.bandwidth import probe
 from ladder.errors import LadderError
 from ladder.figures import thread_sweeps
 from ladder.render import main, render_all, validate
-from ladder.report import cost_table, host_price, roofline
+from ladder.cost import cost_table, host_price
+from ladder.report import roofline
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "report" / "ladder.json"
 

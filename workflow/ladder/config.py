@@ -1,15 +1,24 @@
-"""Config validation: one line naming the key at fault, then Snakemake's validator fills defaults."""
+"""Config checks: the schema (one line naming the key at fault, then Snakemake's validator
+fills defaults), and the start-up checks that need no host facts (ladders, quants, workloads,
+tools, prices, the emulated lane)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, MutableMapping
+from typing import Any, Mapping, MutableMapping
 
 import jsonschema
 import yaml
 from snakemake.utils import validate
 
+from ladder import emulation
+from ladder.build import missing_tools
+from ladder.cost import host_price
 from ladder.errors import LadderError
+from ladder.hosts import Host
+from ladder.kernels import load_families
+from ladder.quality import check_settings
+from ladder.recipes import Rung, quantizer_recipe, rungs_from_config
 
 
 def first_error(config: Any, schema: dict[str, Any]) -> str | None:
@@ -27,3 +36,82 @@ def validate_config(config: MutableMapping[str, Any], schema_path: str | Path) -
     if problem:
         raise LadderError(problem)
     validate(config, str(schema_path))  # fills in the schema's defaults
+
+
+def check_phases(workloads: Mapping[str, Any], key: str) -> None:
+    """Every dispatch workload is one phase (prefill or decode)."""
+    for name, spec in (workloads or {}).items():
+        if spec and bool(spec.get("n_prompt")) == bool(spec.get("n_gen")):
+            raise LadderError(f"{key}.{name}: give n_prompt (a prefill phase) or "
+                              f"n_gen (a decode phase), not both or neither: {dict(spec)}")
+
+
+def check_quants(config: Mapping[str, Any], quants: list[str] | None, key: str) -> None:
+    """Every quant a run asks for is one a model produces."""
+    known = {q.upper() for m in config["models"].values()
+             for q in [m["quant"], *m.get("derive", [])]}
+    unknown = [q for q in quants or [] if q.upper() not in known]
+    if unknown:
+        raise LadderError(f"{key}: {unknown} not produced by any model (known: {sorted(known)})")
+
+
+def check_dispatch(settings: Mapping[str, Any], rungs: list[Rung], arch: str) -> None:
+    """Every workload is one phase; every rung's family exists in the families file."""
+    check_phases(settings.get("workloads") or {}, "dispatch.workloads")
+    fset = load_families(arch, settings.get("families_file"))
+    for r in rungs:
+        if r.family and r.family not in fset.families:
+            raise LadderError(f"ladders.{arch}.rungs[{r.name}].family: {r.family!r} is not a "
+                              f"kernel family for {arch} in {fset.source} "
+                              f"(known: {', '.join(fset.families)})")
+
+
+def check_config(config: Mapping[str, Any], hosts: list[Host]) -> None:
+    """Start-up checks that need no host facts: every host's ladder, quants, quality, prices."""
+    from ladder.plan import ladder_of
+
+    for name in sorted({ladder_of(config, h, h.arch) for h in hosts}):
+        rungs = rungs_from_config(config, name)
+        quantizer_recipe(config, name)
+        dispatch = config.get("dispatch") or {}
+        if dispatch.get("enabled"):
+            check_dispatch(dispatch, rungs, name)
+    build_cfg = config["build"]
+    missing = missing_tools(build_cfg.get("generator", "Ninja"), build_cfg.get("ccache", True))
+    if missing:
+        raise LadderError(
+            f"missing tools: {', '.join(missing)} not on PATH "
+            "(as root: apt-get install -y cmake ninja-build g++ ccache)"
+        )
+    check_quants(config, config["measure"].get("quants"), "measure.quants")
+    quality = config.get("quality") or {}
+    if quality.get("enabled"):
+        check_settings(quality)
+    srv = config.get("serving") or {}
+    targets = set(config["build"].get("targets") or [])
+    for exp, tool in (("prefix_cache", "llama-server"), ("concurrency", "llama-batched-bench")):
+        if (srv.get(exp) or {}).get("enabled") and tool not in targets:
+            raise LadderError(f"serving.{exp} needs {tool}: add it to build.targets "
+                              f"(or set serving.{exp}.enabled: false)")
+    if (srv.get("prefix_cache") or {}).get("enabled") and not quality.get("corpus"):
+        raise LadderError("serving.prefix_cache takes its prefix from quality.corpus: set one")
+    # an unknown instance fails now, not after the measurements
+    for h in hosts:
+        host_price(config.get("cost"), h.instance)
+    emulated = [h for h in hosts if h.emulated]
+    if emulated:
+        em = emulation.settings_of(config)
+        models = em.get("cpu_models") or {}
+        for h in emulated:
+            if h.cpu not in models:
+                raise LadderError(f"host {h.name}: cpu {h.cpu!r} is not in emulation.cpu_models "
+                                  f"(known: {', '.join(models) or 'none'}); add it with the "
+                                  "-march its rungs are built with")
+        if quality.get("enabled"):
+            try:
+                check_settings({**quality, **(em.get("quality") or {})})
+            except LadderError as exc:
+                raise LadderError(f"emulation.quality: {exc}") from exc
+        check_phases((em.get("dispatch") or {}).get("workloads") or {},
+                     "emulation.dispatch.workloads")
+        check_quants(config, em.get("quants"), "emulation.quants")

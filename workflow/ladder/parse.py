@@ -124,8 +124,9 @@ def kleidiai_sme(log: str) -> dict[str, Any] | None:
         how = m.group("how")
         source = ("override" if "override" in how or "GGML_KLEIDIAI_SME" in m.group(0) else
                   "conservative" if "conservative" in how else "runtime-detected")
+        end = text.find("\n", m.start())
         return {"state": "enabled", "thread_cap": int(m.group("cap")), "cap_source": source,
-                "line": m.group(0).strip()}
+                "line": text[m.start():end if end >= 0 else None].strip()}
     if KLEIDIAI_SME_OFF.search(text):
         return {"state": "disabled", "thread_cap": 0, "cap_source": None,
                 "line": "kleidiai: SME disabled"}

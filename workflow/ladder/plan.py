@@ -9,14 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from ladder.build import missing_tools
 from ladder.errors import LadderError
 from ladder.hosts import Host
 from ladder.io import canonical_hash
 from ladder.kernels import load_families
 from ladder import emulation, serving
-from ladder.quality import check_settings
-from ladder.report import host_price
 from ladder.recipes import (
     Recipe,
     Rung,
@@ -58,34 +55,6 @@ def resolve_threads(values: list[Any], cores: int | None = None) -> list[int]:
     return out
 
 
-def check_phases(workloads: Mapping[str, Any], key: str) -> None:
-    """Every dispatch workload is one phase (prefill or decode)."""
-    for name, spec in (workloads or {}).items():
-        if spec and bool(spec.get("n_prompt")) == bool(spec.get("n_gen")):
-            raise LadderError(f"{key}.{name}: give n_prompt (a prefill phase) or "
-                              f"n_gen (a decode phase), not both or neither: {dict(spec)}")
-
-
-def check_quants(config: Mapping[str, Any], quants: list[str] | None, key: str) -> None:
-    """Every quant a run asks for is one a model produces."""
-    known = {q.upper() for m in config["models"].values()
-             for q in [m["quant"], *m.get("derive", [])]}
-    unknown = [q for q in quants or [] if q.upper() not in known]
-    if unknown:
-        raise LadderError(f"{key}: {unknown} not produced by any model (known: {sorted(known)})")
-
-
-def check_dispatch(settings: Mapping[str, Any], rungs: list[Rung], arch: str) -> None:
-    """Every workload is one phase; every rung's family exists in the families file."""
-    check_phases(settings.get("workloads") or {}, "dispatch.workloads")
-    fset = load_families(arch, settings.get("families_file"))
-    for r in rungs:
-        if r.family and r.family not in fset.families:
-            raise LadderError(f"ladders.{arch}.rungs[{r.name}].family: {r.family!r} is not a "
-                              f"kernel family for {arch} in {fset.source} "
-                              f"(known: {', '.join(fset.families)})")
-
-
 def ladder_of(config: Mapping[str, Any], host: Host, arch: str) -> str:
     """The ladder a host runs: emulation.ladder for an emulated host (the Arm ladder), else
     'ladder' (auto: the one named after the host's arch)."""
@@ -96,55 +65,6 @@ def ladder_of(config: Mapping[str, Any], host: Host, arch: str) -> str:
                               f"({sorted(config['ladders'])})")
         return name
     return select_ladder_name(config, arch)
-
-
-def check_config(config: Mapping[str, Any], hosts: list[Host]) -> None:
-    """Start-up checks that need no host facts: every host's ladder, quants, quality, prices."""
-    for name in sorted({ladder_of(config, h, h.arch) for h in hosts}):
-        rungs = rungs_from_config(config, name)
-        quantizer_recipe(config, name)
-        dispatch = config.get("dispatch") or {}
-        if dispatch.get("enabled"):
-            check_dispatch(dispatch, rungs, name)
-    build_cfg = config["build"]
-    missing = missing_tools(build_cfg.get("generator", "Ninja"), build_cfg.get("ccache", True))
-    if missing:
-        raise LadderError(
-            f"missing tools: {', '.join(missing)} not on PATH "
-            "(as root: apt-get install -y cmake ninja-build g++ ccache)"
-        )
-    check_quants(config, config["measure"].get("quants"), "measure.quants")
-    quality = config.get("quality") or {}
-    if quality.get("enabled"):
-        check_settings(quality)
-    srv = config.get("serving") or {}
-    targets = set(config["build"].get("targets") or [])
-    for exp, tool in (("prefix_cache", "llama-server"), ("concurrency", "llama-batched-bench")):
-        if (srv.get(exp) or {}).get("enabled") and tool not in targets:
-            raise LadderError(f"serving.{exp} needs {tool}: add it to build.targets "
-                              f"(or set serving.{exp}.enabled: false)")
-    if (srv.get("prefix_cache") or {}).get("enabled") and not quality.get("corpus"):
-        raise LadderError("serving.prefix_cache takes its prefix from quality.corpus: set one")
-    # an unknown instance fails now, not after the measurements
-    for h in hosts:
-        host_price(config.get("cost"), h.instance)
-    emulated = [h for h in hosts if h.emulated]
-    if emulated:
-        em = emulation.settings_of(config)
-        models = em.get("cpu_models") or {}
-        for h in emulated:
-            if h.cpu not in models:
-                raise LadderError(f"host {h.name}: cpu {h.cpu!r} is not in emulation.cpu_models "
-                                  f"(known: {', '.join(models) or 'none'}); add it with the "
-                                  "-march its rungs are built with")
-        if quality.get("enabled"):
-            try:
-                check_settings({**quality, **(em.get("quality") or {})})
-            except LadderError as exc:
-                raise LadderError(f"emulation.quality: {exc}") from exc
-        check_phases((em.get("dispatch") or {}).get("workloads") or {},
-                     "emulation.dispatch.workloads")
-        check_quants(config, em.get("quants"), "emulation.quants")
 
 
 @dataclass
@@ -162,6 +82,8 @@ class Plan:
     quantizer_key: str
     not_applicable: dict[str, str]
     resources_dir: str
+    # what this host measures (the emulated lane's overlay applied): emulation.effective_settings
+    settings: dict[str, Any]
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], host: Host,
@@ -190,7 +112,8 @@ class Plan:
             if reason:
                 na[r.name] = reason
         return cls(config, host, facts, name, rungs, sid, keys, recipes, qkey, na,
-                   str(config.get("resources_dir", "resources")))
+                   str(config.get("resources_dir", "resources")),
+                   emulation.effective_settings(config, host.emulated))
 
     @staticmethod
     def builds_dir_of(config: Mapping[str, Any]) -> str:
@@ -259,9 +182,6 @@ class Plan:
     def emulation(self) -> Mapping[str, Any]:
         return emulation.settings_of(self.config)
 
-    @property
-    def emulated_timeout_s(self) -> float:
-        return float(self.emulation.get("timeout_s", 1800))
 
     def guest(self) -> dict[str, Any]:
         """How a rung's tools are started on this host: under qemu for an emulated host, and
@@ -271,16 +191,14 @@ class Plan:
         return {"launcher": emulation.launcher(self.emulation, str(self.host.cpu)),
                 "guest": {"arch": "aarch64", "cpu": self.host.cpu,
                           "cpu_flags": list(self.facts.get("cpu_flags") or []),
-                          "timeout_s": self.emulated_timeout_s}}
+                          "timeout_s": self.settings["timeout_s"]}}
 
     # --- models and cells -------------------------------------------------------------------
     def is_base_quant(self, model: str, quant: str) -> bool:
         return self.config["models"][model]["quant"].lower() == quant.lower()
 
     def model_quants(self) -> list[tuple[str, str]]:
-        wanted = self.config["measure"].get("quants")
-        if self.emulated and self.emulation.get("quants"):
-            wanted = self.emulation["quants"]
+        wanted = self.settings["quants"]
         wanted_l = {q.lower() for q in wanted} if wanted else None
         out = []
         for m, spec in self.config["models"].items():
@@ -293,7 +211,7 @@ class Plan:
         return resolve_threads(list(self.config["measure"]["threads"]), self.facts.get("cores"))
 
     def cells(self) -> list[tuple[str, str, str, int]]:
-        if self.emulated:
+        if not self.settings["throughput"]:
             return []  # evidence only: emulated throughput is never measured
         workloads = [w for w, spec in self.config["measure"]["workloads"].items() if spec]
         return [(m, q, w, t) for m, q in self.model_quants() for w in workloads
@@ -328,16 +246,13 @@ class Plan:
         return [r.name for r in self.applicable if not r.twin_of]
 
     def dispatch_threads(self) -> list[int]:
-        threads = (self.emulation.get("dispatch") or {}).get("threads") if self.emulated else None
-        return resolve_threads(list(threads or self.config["dispatch"]["threads"]),
-                               self.facts.get("cores"))
+        return resolve_threads(self.settings["dispatch_threads"], self.facts.get("cores"))
 
     def dispatch_toggles(self, rung: str) -> list[dict[str, Any]]:
         """Runtime toggles of one rung's binary swept as dispatch cells of their own: the
         serving toggle's variant (aarch64: GGML_KLEIDIAI_SME=0 on the KleidiAI rung), on an
         emulated host by default (emulation.dispatch.toggle), on a real one if dispatch.toggle."""
-        on = ((self.emulation.get("dispatch") or {}).get("toggle", True) if self.emulated
-              else self.config["dispatch"].get("toggle", False))
+        on = self.settings["dispatch_toggle"]
         variant = serving.toggle_variant(self.serving, self.ladder_name)
         if not on or not variant or variant["rung"] != rung:
             return []
@@ -345,26 +260,14 @@ class Plan:
 
     def dispatch_settings(self) -> dict[str, Any]:
         """The sweep's settings (the gate is the ledger's business: editing it reruns nothing)."""
-        out = {k: v for k, v in self.config["dispatch"].items() if k != "must_dispatch"}
-        if self.emulated:
-            em = self.emulation.get("dispatch") or {}
-            out.update(method="qemu-exec", timeout_s=self.emulated_timeout_s,
-                       crosscheck=bool(em.get("crosscheck", True)))
-            if em.get("workloads"):
-                out["workloads"] = em["workloads"]
-        return out
+        return dict(self.settings["dispatch"])
 
     def quality_settings(self) -> dict[str, Any]:
-        out = dict(self.config.get("quality") or {})
-        if self.emulated:
-            out.update(self.emulation.get("quality") or {})
-            out["timeout_s"] = max(float(out.get("timeout_s", 1200)), self.emulated_timeout_s)
-        return out
+        return dict(self.settings["quality"])
 
     @property
     def bandwidth_enabled(self) -> bool:
-        return not self.emulated and bool(
-            self.config["report"]["bandwidth_probe"]["enabled"])
+        return bool(self.settings["bandwidth"])
 
     # --- serving levers ---------------------------------------------------------------------
     @property
@@ -372,14 +275,14 @@ class Plan:
         return self.config.get("serving") or {}
 
     def serving_model_quants(self) -> list[tuple[str, str]]:
-        if self.emulated:
+        if not self.settings["serving"]:
             return []
         q = str(self.serving.get("quant", "q4_0")).lower()
         return [(m, mq) for m, mq in self.model_quants() if mq == q]
 
     def serving_points(self) -> list[dict[str, Any]]:
         """llama-bench points of the serving experiments (the toggle only where its rung runs)."""
-        if self.emulated:
+        if not self.settings["serving"]:
             return []
         pts = serving.bench_points(self.serving, max(self.threads()))
         variant = serving.toggle_variant(self.serving, self.ladder_name)

@@ -11,6 +11,7 @@ from ladder.errors import LadderError
 from ladder.serving import serving_section
 from ladder.io import atomic_write_json, read_json
 from ladder.dispatch import CREDITED, workload_phase
+from ladder.cost import cost_table, host_price
 from ladder.quality import judge_drift
 
 FORMAT = "ladder-report/1"
@@ -279,34 +280,6 @@ def roofline(cell: Mapping[str, Any], bandwidth_gbps: float | None,
         if out["bound_tps"] and r.get("median"):
             out["rungs"][name] = r["median"] / out["bound_tps"]
     return out
-
-
-def cost_table(cell: Mapping[str, Any], price: Mapping[str, Any] | None) -> dict[str, Any]:
-    """$ per million tokens and tokens per dollar at the host instance's hourly price."""
-    if not price:
-        return {}
-    out = {}
-    for name, r in cell["rungs"].items():
-        tps = r.get("median")
-        if tps:
-            out[name] = {"usd_per_mtok": price["usd_per_hour"] / (tps * 3600) * 1e6,
-                         "tokens_per_usd": tps * 3600 / price["usd_per_hour"]}
-    return out
-
-
-def host_price(cost: Mapping[str, Any] | None,
-               instance: str | None = None) -> tuple[dict[str, Any] | None, str | None]:
-    """The price entry of a host: its own ``instance`` (hosts[]), else cost.host_instance."""
-    cost = cost or {}
-    want = instance or cost.get("host_instance")
-    key = "hosts[].instance" if instance else "cost.host_instance"
-    if not want:
-        return None, "cost.host_instance is not set: no price applies to this host"
-    for p in cost.get("prices") or []:
-        if p.get("instance") == want:
-            return dict(p), None
-    raise LadderError(f"{key}: {want!r} is not in cost.prices "
-                      f"({', '.join(p.get('instance', '?') for p in cost.get('prices') or [])})")
 
 
 def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: str, host: str,

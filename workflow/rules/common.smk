@@ -9,7 +9,8 @@ from ladder.errors import LadderError
 from ladder.host import host_facts as local_facts
 from ladder.hosts import check_facts, hosts_from_config
 from ladder.io import read_json
-from ladder.plan import Plan, check_config, code_hash
+from ladder.config import check_config
+from ladder.plan import Plan, code_hash
 from ladder.recipes import host_arch
 from ladder.vendor import vendor_id
 
