@@ -73,8 +73,12 @@ def test_report_is_evidence_only(report, run_dir):
         assert "-march=armv8.2-a+dotprod+i8mm" in text
         assert "tok/s" not in text and "Headline" not in text
     rungs = {r["name"]: r for r in report["rungs"]}
-    assert rungs["kleidiai"]["status"] == "not_applicable"
-    assert "no KleidiAI source" in rungs["kleidiai"]["reason"]
+    assert rungs["kleidiai"]["status"] == "ok", rungs["kleidiai"]
+    # the local archive is the rung's input: its kind and sha256 are in the build key
+    vendor = rungs["kleidiai"]["recipe"]["vendor"]["KleidiAI"]
+    assert vendor == {"name": "KleidiAI", "kind": "archive",
+                      "sha256": "9c131f3aae614c20e9f1243c88ef3b06e73f743fa1a91ae0c03a87d734206f9d"}
+    assert "vendor" not in rungs["native_repack"]["recipe"]
     cmake = rungs["native_repack"]["recipe"]["cmake"]
     assert cmake["GGML_NATIVE"] == "OFF"
     assert cmake["GGML_CPU_ARM_ARCH"] == "armv8.2-a+dotprod+i8mm"
@@ -97,9 +101,70 @@ def test_evidence_under_emulation(report):
     assert repack["argv"][0].endswith("qemu-aarch64-static") and "max" in repack["argv"]
 
 
-def test_ledger_counts_guest_kernels(run_dir):
+def test_kleidiai_evidence_under_emulation(report, run_dir):
+    """Built from the shared archive: the CPU_KLEIDIAI buffer, the kernel ISA per kernel kind
+    and the SME thread cap line, as the -cpu max guest makes llama.cpp choose them."""
+    ev = report["evidence"]["q4_0"]["kleidiai"]
+    assert ev["status"] == "ok"
+    assert ev["weight_buffers_mib"]["CPU_KLEIDIAI"] > 300
+    assert ev["compiled_features"]["KLEIDIAI"] == "1"
+    assert ev["kleidiai_primary"] == {"q4": "I8MM", "q8": "SME", "f32": "SME"}
+    assert ev["kleidiai_sme"]["thread_cap"] == 1 and ev["kleidiai_sme"]["cap_source"] == "conservative"
+    assert all(c["credited"] for c in ev["claims"])
+    build = next(r for r in report["rungs"] if r["name"] == "kleidiai")["build"]
+    assert build["status"] == "ok"
+    assert build["material"]["recipe"]["vendor"]["KleidiAI"]["kind"] == "archive"
+
+
+def test_kleidiai_ledger_per_thread_and_variant(run_dir, report):
     ledger = json.loads((run_dir / EMU / "dispatch" / "ledger.json").read_text())
     cells = {(c["rung"], c["workload"], c["threads"]): c for c in ledger["cells"]}
+    for w in ("decode_short", "prefill_short"):
+        for t in (1, 2):
+            c = cells[("kleidiai", w, t)]
+            v = c["L3"]["vendor"]
+            assert c["verdict"] in {"DISPATCHED", "HYBRID"}, c["detail"]
+            assert not v["mismatches"] and v["init_lines_from"] == "this run"
+            ran = {(k["operand"], k["shape"], k["variant"]) for k in v["kernels"]
+                   if k["shape"] and k["calls"]}
+            # the q4 layers: the I8MM set (GEMM kernel I8MM, GEMV kernel DOTPROD by design)
+            if w == "decode_short":
+                assert ("q4", "GEMV", "DOTPROD") in ran and not any(
+                    s == "GEMM" for _, s, _ in ran)
+            else:
+                assert ("q4", "GEMM", "I8MM") in ran
+            sme = {x for x in ran if x[2] in ("SME", "SME2")}
+            if t == 1:  # within the SME thread cap: the q8 output head on SME
+                assert sme, ran
+            else:  # above it: the fallback set took the q8 work
+                assert not sme, ran
+            for k in v["kernels"]:  # counted per guest thread
+                if k["shape"] and k["calls"]:
+                    assert set(k["threads"]) <= set(range(t)) and sum(k["threads"].values()) == k["calls"]
+            assert set(c["L1"]["host_flags"]) >= {"asimddp", "i8mm", "sve", "sve2", "sme", "sme2"}
+            assert c["L1"]["host_flags"]["i8mm"] and not c["L1"]["host_flags"]["sme2"]
+            # the SME toggle: the same binary with GGML_KLEIDIAI_SME=0, cells of their own
+            off = cells[("sme_off", w, t)]
+            assert off["variant_of"] == "kleidiai" and off["toggle_env"]["GGML_KLEIDIAI_SME"] == "0"
+            assert off["L3"]["vendor"]["sme"]["state"] == "disabled"
+            assert off["L3"]["vendor"]["primary"]["q8"] == "I8MM"
+            assert not any(k["variant"] in ("SME", "SME2") and k["calls"]
+                           for k in off["L3"]["vendor"]["kernels"])
+            assert off["verdict"] in {"DISPATCHED", "HYBRID"}, off["detail"]
+    patterns = {(p["rung"], p["workload"]): p for p in ledger["patterns"]}
+    for w in ("decode_short", "prefill_short"):
+        assert patterns[("kleidiai", w)]["pattern"] == "SME_THREAD_CAP", patterns
+        assert patterns[("sme_off", w)]["pattern"] == "SME_OFF"
+    md = (run_dir / EMU / "report" / "ladder.md").read_text()
+    assert "SME_THREAD_CAP" in md and "SME thread cap: SME kernels" in md
+    html = (run_dir / EMU / "report" / "ladder.html").read_text()
+    assert 'class="patterns"' in html
+
+
+def test_ledger_counts_guest_kernels(run_dir):
+    ledger = json.loads((run_dir / EMU / "dispatch" / "ledger.json").read_text())
+    cells = {(c["rung"], c["workload"], c["threads"]): c for c in ledger["cells"]
+             if c["rung"] in ("floor", "native_repack")}
     assert set(cells) == {(r, w, t) for r in ("floor", "native_repack")
                           for w in ("decode_short", "prefill_short") for t in (1, 2)}
     for (rung, workload, threads), c in cells.items():
@@ -119,10 +184,10 @@ def test_ledger_counts_guest_kernels(run_dir):
             x = c["L3"]["crosscheck"]
             assert x["agree"] is True, x
             assert x["exited_normally"] and x["counts"]
-    xc = ledger["crosscheck"]
-    assert xc["cells"] == 4 and len(xc["agree"]) == 4 and not xc["disagree"]
+    xc = ledger["crosscheck"]  # the 1-thread cells of floor, native_repack and kleidiai
+    assert xc["cells"] == 6 and len(xc["agree"]) == 6 and not xc["disagree"], xc
     md = (run_dir / EMU / "report" / "ladder.md").read_text()
-    assert "Cross-check (gdbstub" in md and "4 of 4 agree" in md
+    assert "Cross-check (gdbstub" in md and "6 of 6 agree" in md
     # one step per thread: dispatch counts per thread agree across thread counts
     d1 = cells[("native_repack", "decode_short", 1)]["L3"]["families"]["repack"]["dispatch"]
     d2 = cells[("native_repack", "decode_short", 2)]["L3"]["families"]["repack"]["dispatch"]
@@ -197,3 +262,41 @@ def test_missing_qemu_is_named(run_dir):
     assert res.returncode != 0
     assert "emulation.qemu: 'qemu-aarch64-missing' is not on PATH" in res.stderr
     assert "qemu-user-static" in res.stderr
+
+
+def test_one_emulated_host_can_be_asked_for_alone(run_dir, snakemake):
+    """Planning is pure (issue 15): the emulated host's report alone plans from its recorded
+    facts, whether or not this machine's facts file exists (it once died inside Snakemake with
+    "'int' object has no attribute 'constrain'" when the models already existed)."""
+    local = run_dir / "results" / "hosts" / "local" / "host.json"
+    kept = local.read_bytes() if local.exists() else None
+    local.unlink(missing_ok=True)
+    try:
+        res = snakemake(run_dir, f"{EMU}/report/ladder.md", "-n")
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert "Traceback" not in res.stderr and "constrain" not in res.stderr
+    finally:
+        if kept is not None:
+            local.write_bytes(kept)
+
+
+def test_a_wrong_kleidiai_archive_is_named_and_the_rest_stays(run_dir, snakemake, tmp_path):
+    """Last in this module (it replaces the KleidiAI results): a config whose archive has
+    another sha256 gets a named reason, the rung is reported not applicable, and the floor and
+    repack rungs keep their results (same builds, nothing of theirs reruns)."""
+    bad = kleidiai_overlay(tmp_path, sha256="0" * 64)
+    before = {r: (run_dir / EMU / "evidence" / "gemma3-270m" / "q4_0" / f"{r}.json")
+              .stat().st_mtime_ns for r in ("floor", "native_repack")}
+    res = run_snakemake(run_dir, *TARGETS, config=[CONFIG, bad])
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = json.loads((run_dir / EMU / "report" / "ladder.json").read_text())
+    rungs = {r["name"]: r for r in report["rungs"]}
+    k = rungs["kleidiai"]
+    assert k["status"] == "not_applicable", k
+    assert f"vendor_sources.KleidiAI.sha256 pins {'0' * 64}, but" in k["reason"]
+    assert rungs["floor"]["status"] == rungs["native_repack"]["status"] == "ok"
+    for r, mtime in before.items():
+        assert (run_dir / EMU / "evidence" / "gemma3-270m" / "q4_0" / f"{r}.json"
+                ).stat().st_mtime_ns == mtime
+    md = (run_dir / EMU / "report" / "ladder.md").read_text()
+    assert "vendor_sources.KleidiAI.sha256" in md
