@@ -4,7 +4,7 @@ import sys
 sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the ladder package
 from ladder.adapter import run_step
 from ladder.emulation import emulated_facts
-from ladder.host import host_facts
+from ladder.machine import host_facts
 from ladder.io import atomic_write_json
 
 name, cpu = snakemake.wildcards.host, snakemake.params.emulated

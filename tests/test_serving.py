@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ladder.errors import LadderError
-from ladder.serving import bench_points, lever_sentence, toggle_variant, variant_rung
+from ladder.serving import bench_points, lever_sentence, toggle_variant
 
 CFG = {
     "context": {"enabled": True, "prompts": [512, 1024], "depths": [0, 512], "n_gen": 16},
@@ -49,16 +49,35 @@ def test_toggle_with_both_phases_is_refused():
         bench_points(bad, 2)
 
 
-def test_variant_is_the_same_build_with_the_mechanism_off():
-    base = {"name": "native_repack", "label": "native + repack", "build_key": "k",
-            "runtime": {"env": {}, "repack": True, "bench_args": [], "common_args": []},
-            "provenance": "p.json", "twin_of": None}
-    v = variant_rung(base, toggle_variant(CFG, "x86_64"))
-    assert v["name"] == "repack_off" and v["build_key"] == "k" and v["provenance"] == "p.json"
+def _plan(default_config, arch):
+    from snakemake.utils import validate
+
+    from ladder.hosts import hosts_from_config
+    from ladder.machine import host_facts
+    from ladder.plan import Plan
+
+    cfg = dict(default_config)
+    validate(cfg, str(Path(__file__).resolve().parents[1] / "workflow" / "schemas" /
+                      "config.schema.yaml"))
+    (host,) = hosts_from_config(cfg, arch)
+    facts = {**host_facts("local"), "arch": arch, "cores": 2,
+             "cpu_flags": ["asimddp", "i8mm", "sve", "sme", "avx2"],
+             "compiler": {"c": "cc", "cxx": "c++"}, "native_target": {"resolved": "x"}}
+    return Plan.from_config(cfg, host, facts)
+
+
+def test_variant_is_the_same_build_with_the_mechanism_off(default_config):
+    plan = _plan(default_config, "x86_64")
+    base = plan.rung("native_repack")
+    v = plan.rung_entry(plan.variant_rung(base, toggle_variant(plan.serving, "x86_64")),
+                        lambda key: f"b/{key}.json", base.name)
+    assert v["name"] == "repack_off" and v["build_key"] == plan.build_keys["native_repack"]
+    assert v["provenance"] == f"b/{plan.build_keys['native_repack']}.json"
     assert v["bench_argv"] == ["--repack", "0"] and v["common_argv"] == ["--no-repack"]
-    arm = variant_rung(base, {"rung": "kleidiai", "name": "sme_off",
-                              "runtime": {"env": {"GGML_KLEIDIAI_SME": "0"}}})
-    assert arm["env"] == {"GGML_KLEIDIAI_SME": "0"} and arm["bench_argv"] == []
+    assert v["variant_of"] == "native_repack" and v["twin_of"] is None
+    arm = _plan(default_config, "aarch64")
+    k = arm.variant_rung(arm.rung("kleidiai"), toggle_variant(arm.serving, "aarch64"))
+    assert dict(k.runtime.env) == {"GGML_KLEIDIAI_SME": "0"} and k.runtime.bench_argv() == []
 
 
 def _lever(rung, base, est, lo, hi):
@@ -93,20 +112,7 @@ def test_batched_bench_jsonl(fixture_text):
 def test_the_aarch64_toggle_has_a_noise_floor_of_its_own(default_config):
     """The aarch64 control is native_repack's twin; the SME toggle is on the KleidiAI rung, so
     it gets a second label of that rung, interleaved with the toggle's points."""
-    from snakemake.utils import validate
-
-    from ladder.host import host_facts
-    from ladder.hosts import hosts_from_config
-    from ladder.plan import Plan
-
-    cfg = dict(default_config)
-    validate(cfg, str(Path(__file__).resolve().parents[1] / "workflow" / "schemas" /
-                      "config.schema.yaml"))
-    (host,) = hosts_from_config(cfg, "aarch64")
-    facts = {**host_facts("local"), "arch": "aarch64", "cores": 2,
-             "cpu_flags": ["asimddp", "i8mm", "sve", "sme"],
-             "compiler": {"c": "cc", "cxx": "c++"}, "native_target": {"resolved": "x"}}
-    plan = Plan.from_config(cfg, host, facts)
+    plan = _plan(default_config, "aarch64")
     (toggle, *_) = [p for p in plan.serving_points() if p["experiment"] == "toggle"]
     assert toggle["base"] == "kleidiai" and toggle["variant"] == "sme_off"
     assert toggle["twin"] == "kleidiai" and toggle["control"] == "kleidiai_twin"
@@ -116,7 +122,10 @@ def test_the_aarch64_toggle_has_a_noise_floor_of_its_own(default_config):
     twin = rungs[2]
     assert twin["twin_of"] == "kleidiai" and twin["build_key"] == rungs[0]["build_key"]
     assert twin["env"] == rungs[0]["env"] and rungs[1]["env"] == {"GGML_KLEIDIAI_SME": "0"}
-    x86 = [p for p in Plan.from_config(cfg, hosts_from_config(cfg, "x86_64")[0],
-                                       {**facts, "arch": "x86_64"}).serving_points()
+    # the dispatch sweep's toggle cells are the same variant, made in the same place
+    (cells,) = plan.dispatch_toggles("kleidiai") if plan.settings["dispatch_toggle"] else [
+        {**rungs[1], "family": "kleidiai"}]
+    assert cells["name"] == "sme_off" and cells["env"] == rungs[1]["env"]
+    x86 = [p for p in _plan(default_config, "x86_64").serving_points()
            if p["experiment"] == "toggle"][0]
     assert x86["control"] == "control"  # native_repack's twin is the x86 control already

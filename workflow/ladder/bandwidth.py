@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ladder.host import host_brief
+from ladder.machine import host_brief
 from ladder.io import atomic_write_json
 
 FORMAT = "ladder-bandwidth/1"

@@ -16,7 +16,7 @@ import numpy as np
 
 from ladder import parse, progress, stats
 from ladder.errors import LadderError
-from ladder.host import host_brief
+from ladder.machine import host_brief
 from ladder.io import atomic_write_json, atomic_write_text, read_json
 from ladder.run import run
 from ladder.build import unbuilt_status

@@ -15,14 +15,9 @@ from ladder import progress
 from ladder.errors import LadderError
 from ladder.io import atomic_write_json, read_json
 from ladder.vendor import check_records
-from ladder.host import host_brief
-from ladder.recipes import (
-    GGML_CPU_FLAGS_CMAKE,
-    compiler_identity,
-    host_arch,
-    native_target,
-    toolchain_file_path,
-)
+from ladder.machine import host_brief
+from ladder.machine import compiler_identity, host_arch, native_target
+from ladder.recipes import GGML_CPU_FLAGS_CMAKE, toolchain_file_path
 
 FORMAT = "ladder-build/1"
 

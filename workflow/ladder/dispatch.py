@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ladder import progress
-from ladder.host import host_brief
+from ladder.machine import host_brief
 from ladder.errors import LadderError
 from ladder.io import atomic_write_json, atomic_write_text, read_json
+from ladder.counting import Method, choose_method, open_method  # noqa: F401 (re-exported)
 from ladder.kernels import Family, FamilySet, Probe, SymbolsError, load_families, plan_probes
-from ladder.recipes import host_arch, host_cpu_flags
-from ladder.run import diagnose_crash, run
+from ladder.machine import host_arch, host_cpu_flags
+from ladder.run import diagnose_crash
 
 log = logging.getLogger("ladder.dispatch")
 FORMAT = "ladder-dispatch/1"
@@ -213,46 +214,6 @@ def workload_argv(bin_dir: Path, model: str, spec: Mapping[str, int], threads: i
             "-o", "json", *(["-v"] if verbose else []), *bench_argv]
 
 
-def choose_method(wanted: str, launcher: Sequence[str] = ()) -> tuple[str | None, Any, str | None]:
-    """(method, handle, reason-if-none). auto = uprobes if permitted, else lldb. A guest under
-    qemu-user is invisible to uprobes and ptrace: it is counted by QEMU's own exec log."""
-    from ladder import debugger as lldb_mod
-    from ladder import uprobes
-
-    if launcher or wanted == "qemu-exec":
-        if not launcher:
-            return None, None, "method qemu-exec is for emulated hosts (no qemu launcher)"
-        import shutil
-
-        if shutil.which(launcher[0]) is None:
-            return None, None, f"{launcher[0]} is not on PATH"
-        return "qemu-exec", list(launcher), None
-    reasons = []
-    if wanted in ("auto", "uprobe"):
-        try:
-            return "uprobe", uprobes.find_tracefs(), None
-        except uprobes.UprobeUnavailable as exc:
-            reasons.append(str(exc))
-            if wanted == "uprobe":
-                return None, None, str(exc)
-    if wanted in ("auto", "lldb", "lldb-presence"):
-        try:
-            setup = lldb_mod.find_lldb()
-            return ("lldb" if wanted != "lldb-presence" else "lldb-presence"), setup, None
-        except lldb_mod.LldbUnavailable as exc:
-            reasons.append(str(exc))
-    return None, None, "; ".join(reasons) or f"unknown method {wanted!r}"
-
-
-def toggled_rung(rung: Mapping[str, Any], toggle: Mapping[str, Any]) -> dict[str, Any]:
-    """The rung's binary under a runtime toggle (its env added): cells of their own, named
-    after the toggle, ``variant_of`` the rung."""
-    env = {**(rung.get("env") or {}),
-           **{str(k): str(v) for k, v in ((toggle.get("runtime") or {}).get("env") or {}).items()}}
-    return {**rung, "name": toggle["name"], "env": env, "variant_of": rung["name"],
-            "toggles": []}
-
-
 def cell_stem(r: Mapping[str, Any], rung: Mapping[str, Any], quant: str, workload: str,
               threads: int) -> str:
     prefix = "" if r["name"] == rung["name"] else f"{r['name']}."
@@ -300,67 +261,39 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
             doc["probes"] = [p.as_dict() for p in probes]
         except SymbolsError as exc:
             unmeasured = str(exc)
-    method, handle, why = (None, None, None)
+    timeout = float(settings.get("timeout_s", 600))  # an emulated host's: its plan sets it
+    method: Method | None = None
+    why = None
     if unmeasured is None:
-        method, handle, why = choose_method(settings.get("method", "auto"), launcher)
+        method, why = open_method(settings.get("method", "auto"), probes, launcher,
+                                  str(bin_dir / "llama-bench"), str(raw),
+                                  bool(settings.get("crosscheck", True)),
+                                  [v for f in fset.families.values() for v in f.sme_variants])
         if method is None:
             unmeasured = f"no instrumentation method: {why}"
-    doc["method"] = method
+    doc["method"] = method.name if method else None
     doc["method_note"] = why
-    timeout = float(settings.get("timeout_s", 600))  # an emulated host's: its plan sets it
     verbose = bool(expected and expected.sets)
     # the rung as built, then each runtime toggle of the same binary (GGML_KLEIDIAI_SME=0):
     # which kernels run with the vendor path's option off, cell by cell
-    runs = [dict(rung)] + [toggled_rung(rung, t) for t in rung.get("toggles") or []]
+    runs = [dict(rung)] + [{**t, "toggles": []} for t in rung.get("toggles") or []]
     cells_spec = [(q, w, spec, t, r) for r in runs for q in quants
                   for w, spec in settings["workloads"].items() if spec for t in threads]
-
     inputs = {q: (read_json(m["model"]), read_json(m["evidence"]) if m.get("evidence") else {})
               for q, m in quants.items()}
 
-    qemu_session: dict[str, Any] = {}
-    if method == "qemu-exec":
-        from ladder.emulation import exec_segment_vaddr, guest_load_bias
-
-        tool = str(bin_dir / "llama-bench")
-        bias = guest_load_bias(handle, tool, str(raw))
-        qemu_session = {"load_bias": bias, "start_code": bias + exec_segment_vaddr(tool),
-                        "tool": tool, "crosscheck": bool(settings.get("crosscheck", True)),
-                        "kernel_entries": {p.entry + bias: p.id for p in probes
-                                           if p.kind == "kernels"},
-                        "kernels": {}}
-        doc["session"] = {
-            "load_bias": hex(bias), "launcher": list(handle),
-            "note": "dispatch-level symbols: QEMU -d exec,nochain -dfilter on their entries "
-                    "(exact calls per guest thread); kernels: -d in_asm -dfilter on their "
-                    "entries in the plain run (translated = entered: presence only)"}
-
     # Uninstrumented runs first: registered uprobes fire in every process mapping the library.
-    # Under qemu the plain run also logs which kernel entries QEMU translated (translation-time
-    # logging: no measurable cost, unlike exec logging, whose cost grows with the ranges).
-    baselines: dict[tuple[str, str, int], Any] = {}
-    if unmeasured is None:
+    baselines: dict[tuple[str, str, str, int], Any] = {}
+    if method is not None:
         for quant, workload, spec, t, r in cells_spec:
-            tool_argv = workload_argv(bin_dir, inputs[quant][0]["path"], spec, t,
-                                      r.get("bench_argv") or [], verbose)
-            stem = raw / cell_stem(r, rung, quant, workload, t)
-            if qemu_session:
-                from ladder.emulation import count_translations, translation_log_argv
+            key = (r["name"], quant, workload, t)
+            argv = method.launcher + workload_argv(bin_dir, inputs[quant][0]["path"], spec, t,
+                                                   r.get("bench_argv") or [], verbose)
+            baselines[key] = method.plain(argv, r.get("env") or {},
+                                          raw / cell_stem(r, rung, quant, workload, t), key,
+                                          timeout)
 
-                kern = qemu_session["kernel_entries"]
-                asm_log = f"{stem}.qemu-in_asm.log"
-                res = run(translation_log_argv(launcher, kern, asm_log) + tool_argv,
-                          env=dict(r.get("env") or {}), timeout_s=timeout)
-                qemu_session["kernels"][(r["name"], quant, workload, t)] = count_translations(
-                    _read_and_compress(asm_log), kern)
-            else:
-                res = run(launcher + tool_argv, env=dict(r.get("env") or {}),
-                          timeout_s=timeout)
-            atomic_write_text(f"{stem}.plain.stderr", res.stderr)
-            atomic_write_text(f"{stem}.plain.json", res.stdout)
-            baselines[(r["name"], quant, workload, t)] = res
-
-    def measure_all(session: Any) -> None:
+    def measure_all() -> None:
         for i, (quant, workload, spec, t, r) in enumerate(cells_spec):
             progress.step("cell", i + 1, len(cells_spec),
                           f"{'' if r is runs[0] else r['name'] + ' '}{quant} {workload} t{t}")
@@ -369,25 +302,17 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
                 quant=quant, workload=workload, spec=spec, threads=t,
                 model=inputs[quant][0], evidence=inputs[quant][1], fset=fset,
                 expected=expected, resolution=doc["resolution"].get("families", {}),
-                probes=probes, probe_dicts=doc["probes"], method=method, handle=handle,
-                session=session,
-                unmeasured=unmeasured, bin_dir=bin_dir, raw=raw, timeout=timeout,
+                probes=probes, probe_dicts=doc["probes"], method=method,
+                unmeasured=unmeasured, bin_dir=bin_dir, timeout=timeout,
                 host_flags=host_flags, base=baselines.get((r["name"], quant, workload, t))))
             atomic_write_json(out_json + ".partial", doc)  # nothing measured is lost
 
-    if method == "qemu-exec":
-        measure_all(qemu_session)
-    elif method == "uprobe":
-        from ladder.uprobes import UprobeSession
-
-        with UprobeSession(probes, handle) as session:
-            doc["session"]["rejected"] = session.rejected
-            doc["session"]["setup_s"] = round(session.setup_s, 3)
-            measure_all(session)
-        doc["session"]["teardown_s"] = round(session.teardown_s, 3)
-        doc["session"]["probes_registered"] = len(session.event_of)
+    if method is None:
+        measure_all()
     else:
-        measure_all(None)
+        with method.session():
+            measure_all()
+        doc["session"] = dict(method.session_info)
     atomic_write_json(out_json, doc)
     try:
         os.remove(out_json + ".partial")
@@ -400,13 +325,13 @@ def _cell(*, rung: Mapping[str, Any], stem: Path, verbose: bool, quant: str, wor
           spec: Mapping[str, int],
           threads: int, model: Mapping[str, Any], evidence: Mapping[str, Any],
           fset: FamilySet, expected: Family | None, resolution: Mapping[str, Any],
-          probes: list[Probe], probe_dicts: Sequence[Mapping[str, Any]], method: str | None,
-          handle: Any, session: Any, unmeasured: str | None, bin_dir: Path, raw: Path,
-          timeout: float, host_flags: frozenset[str], base: Any) -> dict[str, Any]:
+          probes: list[Probe], probe_dicts: Sequence[Mapping[str, Any]], method: Method | None,
+          unmeasured: str | None, bin_dir: Path, timeout: float, host_flags: frozenset[str],
+          base: Any) -> dict[str, Any]:
     phase = workload_phase(spec)  # one phase per workload: checked with the config
     cell: dict[str, Any] = {"rung": rung["name"], "family": expected.name if expected else None,
                             "quant": quant, "workload": workload, "phase": phase,
-                            "threads": threads, "method": method}
+                            "threads": threads, "method": method.name if method else None}
     if rung.get("variant_of"):
         cell["variant_of"] = rung["variant_of"]
         cell["toggle_env"] = {k: v for k, v in (rung.get("env") or {}).items()}
@@ -430,69 +355,15 @@ def _cell(*, rung: Mapping[str, Any], stem: Path, verbose: bool, quant: str, wor
                                advertised=advertised, unmeasured=unmeasured))
         cell["L3"] = None
         return cell
+    assert method is not None and base is not None
     tool_argv = workload_argv(bin_dir, model["path"], spec, threads, rung.get("bench_argv") or [],
                               verbose)
-    launcher = list(handle) if method == "qemu-exec" else []
+    launcher = method.launcher
     argv = launcher + tool_argv
     env = dict(rung.get("env") or {})
-    hits: dict[str, int] = {}
-    per_thread: dict[str, dict[int, int]] = {}
-    crash: dict[str, Any] | None = None
-    lldb_result: dict[str, Any] | None = None
-    guest_threads: dict[str, list[int]] = {}
-    crosscheck: dict[str, Any] | None = None
-    if method == "qemu-exec":
-        from ladder.emulation import (count_entries, exec_log_argv, guest_crash, start_code,
-                                      thread_counts)
-
-        bias = int(session["load_bias"])
-        # dispatch-level symbols, and the kernels the plain run translated (entered): a few
-        # ranges, so every call of them is counted per guest thread at little extra cost
-        seen = session["kernels"].get((rung["name"], quant, workload, threads)) or {}
-        entries = {p.entry + bias: p.id for p in probes
-                   if p.kind == "dispatch" or p.id in seen}
-        exec_log = f"{stem}.qemu-exec.log"
-        inst = run(exec_log_argv(launcher, entries, exec_log) + tool_argv, env=env,
-                   timeout_s=timeout)
-        text = _read_and_compress(exec_log)
-        hits, guest_threads = count_entries(text, entries)
-        per_thread = thread_counts(text, entries)
-        inst_wall, inst_fail = inst.wall_s, inst.failure()
-        logged = start_code(text)
-        if inst_fail is None and logged != session["start_code"]:
-            inst_fail = (f"qemu logged start_code {logged and hex(logged)}, expected "
-                         f"{session['start_code']:#x}: the probe addresses would be wrong")
-        atomic_write_text(f"{stem}.probed.stderr", inst.stderr)
-        atomic_write_text(f"{stem}.probed.json", inst.stdout)
-        if inst.signal_name:
-            crash = {"signal": inst.signal_name, "symbol": None, "method": "qemu",
-                     "note": guest_crash(inst.stderr)}
-        if (session.get("crosscheck") and threads == 1 and inst_fail is None
-                and not rung.get("variant_of")):
-            crosscheck = _crosscheck(launcher, tool_argv, probes, bias, hits, env, raw, timeout)
-    elif method == "uprobe":
-        before = session.snapshot()
-        inst = run(argv, env=env, timeout_s=timeout)
-        hits = session.delta(before)
-        inst_wall, inst_fail = inst.wall_s, inst.failure()
-        atomic_write_text(f"{stem}.probed.stderr", inst.stderr)
-        atomic_write_text(f"{stem}.probed.json", inst.stdout)
-        if inst.signal_name:
-            crash = {"signal": inst.signal_name}
-    else:
-        from ladder.debugger import run_under_lldb
-
-        mode_of = {"dispatch": "count", "kernels": "first"} if method == "lldb" else {}
-        spec_probes = [{"id": p.id, "module": p.module, "file_addr": p.entry,
-                        "mode": mode_of.get(p.kind, "first")} for p in probes]
-        lldb_result = run_under_lldb(handle, argv, spec_probes, env=env, timeout_s=timeout,
-                                     stderr_path=f"{stem}.probed.stderr")
-        hits = {k: int(v) for k, v in (lldb_result.get("hits") or {}).items()}
-        inst_wall = float(lldb_result.get("driver_wall_s") or 0.0)
-        inst_fail = lldb_result.get("error") or (
-            f"killed by {lldb_result['signal']}" if lldb_result.get("signal") else None)
-        if lldb_result.get("crash"):
-            crash = dict(lldb_result["crash"])
+    seen = method.count(argv, env, stem, (rung["name"], quant, workload, threads), timeout,
+                        crosscheck=threads == 1 and not rung.get("variant_of"))
+    hits, crash, inst_fail = seen.hits, seen.crash, seen.failure
     if crash is None and base.signal_name:
         crash = {"signal": base.signal_name}
         if launcher:
@@ -519,64 +390,34 @@ def _cell(*, rung: Mapping[str, Any], stem: Path, verbose: bool, quant: str, wor
         sme = parse.kleidiai_sme(base.stderr) or (evidence.get("kleidiai_sme") if not own
                                                    else None)
         ran = [{"symbol": p.symbol, "calls": int(hits[p.id]),
-                "threads": per_thread.get(p.id)} for p in probes
+                "threads": seen.per_thread.get(p.id)} for p in probes
                if p.family == expected.name and p.kind == "kernels" and hits.get(p.id)]
         vendor = judge_vendor(expected, ran, primary, sme, threads)
         if vendor is not None:
             vendor["init_lines_from"] = "this run" if own else "the rung's evidence run"
     cell.update(judge_cell(expected=expected, families=fset, resolution=resolution, totals=totals,
                            advertised=advertised, advertised_variant=advertised_variant,
-                           crash=crash, exact=method in ("uprobe", "lldb", "qemu-exec"),
-                           vendor=vendor))
+                           crash=crash, exact=bool(method.exact_kinds), vendor=vendor))
     cell["L3"] = {
-        "method": method,
-        "exact_kinds": ["dispatch", "kernels"] if method in ("uprobe", "qemu-exec") else
-        (["dispatch"] if method == "lldb" else []),
+        "method": method.name,
+        "exact_kinds": list(method.exact_kinds),
         "vendor": vendor,
         "families": totals,
         "symbols": {p.symbol: hits[p.id] for p in probes if hits.get(p.id)},
         "unprobed": [{"symbol": p.symbol, "why": p.note} for p in probes if p.addr is None],
         "run_failure": inst_fail, "crash": crash,
-        "lldb": {k: lldb_result.get(k) for k in ("lldb", "unresolved", "orphans_killed", "error")}
-        if lldb_result else None,
+        "lldb": None,
+        **seen.l3,  # the method's own evidence (lldb's driver; qemu's logs, threads, cross-check)
     }
-    if method == "qemu-exec":
-        # which guest threads (QEMU vCPU indexes) entered each family: a thread cap shows here
-        fam_threads: dict[str, set[int]] = {}
-        for p in probes:
-            for cpu in guest_threads.get(p.id, []):
-                fam_threads.setdefault(p.family, set()).add(cpu)
-        cell["L3"]["guest_threads"] = {f: sorted(c) for f, c in sorted(fam_threads.items())}
-        cell["L3"]["qemu_exec_log"] = f"{stem}.qemu-exec.log.gz"
-        cell["L3"]["qemu_in_asm_log"] = f"{stem}.qemu-in_asm.log.gz"
-        cell["L3"]["crosscheck"] = crosscheck
     cell["argv"] = argv
     cell["env"] = env
-    cell["cost"] = {"uninstrumented_s": round(base.wall_s, 3), "instrumented_s": round(inst_wall, 3),
-                    "ratio": round(inst_wall / base.wall_s, 3) if base.wall_s > 0 else None,
+    cell["cost"] = {"uninstrumented_s": round(base.wall_s, 3),
+                    "instrumented_s": round(seen.wall_s, 3),
+                    "ratio": round(seen.wall_s / base.wall_s, 3) if base.wall_s > 0 else None,
                     "plain_run_failure": base.failure()}
     log.info("%s %s %s t%d: %s (%s)", rung["name"], quant, workload, threads, cell["verdict"],
              cell["detail"])
     return cell
-
-
-def _crosscheck(launcher: Sequence[str], tool_argv: Sequence[str], probes: Sequence[Probe],
-                bias: int, hits: Mapping[str, int], env: Mapping[str, str], raw: Path,
-                timeout: float) -> dict[str, Any]:
-    """The dispatch-level counts again, through QEMU's gdbstub (one guest thread): the exec
-    log's counts are trusted only where the two independent methods agree."""
-    from ladder.emulation import gdbstub_counts
-
-    wanted = {p.entry + bias: p.id for p in probes if p.kind == "dispatch"}
-    gdb = gdbstub_counts(launcher, tool_argv, wanted, str(raw), env, timeout)
-    if "counts" not in gdb or gdb.get("error"):
-        return {**gdb, "agree": None}
-    mine = {pid: hits[pid] for pid in wanted.values() if hits.get(pid)}
-    names = {p.id: p.symbol for p in probes}
-    diff = {names[k]: {"qemu_exec": mine.get(k, 0), "gdbstub": gdb["counts"].get(k, 0)}
-            for k in set(mine) | set(gdb["counts"]) if mine.get(k, 0) != gdb["counts"].get(k, 0)}
-    return {**gdb, "agree": not diff, "disagree": diff,
-            "counts": {names[k]: v for k, v in gdb["counts"].items()}}
 
 
 def advertised_kernel(evidence: Mapping[str, Any], quant: str) -> str | None:
@@ -587,20 +428,6 @@ def advertised_kernel(evidence: Mapping[str, Any], quant: str) -> str | None:
         return str(primary) or None
     kind = {"q4_0": "q4", "q8_0": "q8", "f32": "f32"}.get(quant.lower())
     return primary.get(kind) if kind else None
-
-
-def _read_and_compress(path: str) -> str:
-    """A QEMU log's text; the raw log is kept, gzipped beside it ("" if qemu wrote none)."""
-    import gzip
-
-    try:
-        data = Path(path).read_bytes()
-    except OSError:
-        return ""
-    with gzip.open(path + ".gz", "wb") as dst:
-        dst.write(data)
-    os.remove(path)
-    return data.decode(errors="replace")
 
 
 # --- the ledger -----------------------------------------------------------------------------

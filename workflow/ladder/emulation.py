@@ -191,7 +191,7 @@ def probe_guest(qemu: str, model: str, probe: Path, timeout_s: float = 60) -> di
 def emulated_facts(*, host_name: str, model: str, settings: Mapping[str, Any],
                    probe_dir: str) -> dict[str, Any]:
     """Facts of an emulated host: the guest CPU's features; the x86 machine only as 'carrier'."""
-    from ladder.host import host_facts
+    from ladder.machine import host_facts
     from ladder.hosts import cpu_identity
 
     qemu = qemu_path(settings)

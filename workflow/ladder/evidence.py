@@ -11,9 +11,10 @@ from typing import Any, Mapping, Sequence
 
 from ladder import parse
 from ladder.emulation import guest_crash
-from ladder.host import host_brief
+from ladder.machine import host_brief
 from ladder.io import atomic_write_json, atomic_write_text, read_json
-from ladder.recipes import Marker, host_cpu_flags
+from ladder.machine import host_cpu_flags
+from ladder.recipes import Marker
 from ladder.run import diagnose_crash, run
 from ladder.build import unbuilt_status
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -160,10 +160,12 @@ class Plan:
     def material(self, key: str) -> dict[str, Any]:
         return build_key_material(self.recipes_by_key[key], self.source_id, self.facts)
 
-    def rung_summary(self, r: Rung) -> dict[str, Any]:
+    def rung_summary(self, r: Rung, built_as: str | None = None) -> dict[str, Any]:
+        """A rung's settings as every job and the report see them (``built_as``: the rung
+        whose binary a runtime variant or second label uses)."""
         return {
             "name": r.name, "label": r.label, "adds": r.adds, "twin_of": r.twin_of,
-            "build_key": self.build_keys[r.name], "recipe": r.recipe.as_dict(),
+            "build_key": self.build_keys[built_as or r.name], "recipe": r.recipe.as_dict(),
             "runtime": r.runtime.as_dict(), "env": dict(r.runtime.env),
             "bench_argv": r.runtime.bench_argv(), "common_argv": r.runtime.common_argv(),
             "mechanisms": r.mechanisms,
@@ -256,7 +258,9 @@ class Plan:
         variant = serving.toggle_variant(self.serving, self.ladder_name)
         if not on or not variant or variant["rung"] != rung:
             return []
-        return [{"name": variant["name"], "runtime": dict(variant.get("runtime") or {})}]
+        base = self.rung(rung)
+        return [{**self.rung_summary(self.variant_rung(base, variant), rung),
+                 "variant_of": rung, "family": base.family}]
 
     def dispatch_settings(self) -> dict[str, Any]:
         """The sweep's settings (the gate is the ledger's business: editing it reruns nothing)."""
@@ -304,9 +308,26 @@ class Plan:
                 return p
         raise LadderError(f"serving: no point {experiment}/{point}/t{threads} in the plan")
 
-    def rung_entry(self, r: Rung, provenance: Any) -> dict[str, Any]:
-        """What a measuring job gets for one rung: its settings and its build's provenance."""
-        return {**self.rung_summary(r), "provenance": provenance(self.build_keys[r.name])}
+    def rung_entry(self, r: Rung, provenance: Any, built_as: str | None = None
+                   ) -> dict[str, Any]:
+        """What a measuring job gets for one rung: its settings and its build's provenance. The
+        one place a rung entry is made: variants and second labels come through here too."""
+        entry = {**self.rung_summary(r, built_as),
+                 "provenance": provenance(self.build_keys[built_as or r.name])}
+        if built_as and built_as != r.name and not r.twin_of:
+            entry["variant_of"] = built_as
+        return entry
+
+    def variant_rung(self, base: Rung, variant: Mapping[str, Any]) -> Rung:
+        """The base rung's binary under a runtime variant (serving.toggle.variants: --repack 0,
+        GGML_KLEIDIAI_SME=0): the same build, another name and runtime."""
+        rt = variant.get("runtime") or {}
+        env = {**base.runtime.env, **{str(k): str(v) for k, v in (rt.get("env") or {}).items()}}
+        runtime = replace(base.runtime, env=env, repack=bool(rt.get("repack", base.runtime.repack)),
+                          bench_args=tuple(rt.get("bench_args", base.runtime.bench_args)),
+                          common_args=tuple(rt.get("common_args", base.runtime.common_args)))
+        return replace(base, name=str(variant["name"]), twin_of=None, runtime=runtime,
+                       label=f"{base.label} ({variant['name']})")
 
     def rung_entries(self, provenance: Any) -> list[dict[str, Any]]:
         return [self.rung_entry(r, provenance) for r in self.applicable]
@@ -317,15 +338,17 @@ class Plan:
 
         if p["experiment"] != "toggle":
             return self.rung_entries(provenance)
-        base = entry(self.rung(p["base"]))
+        base = self.rung(p["base"])
         variant = serving.toggle_variant(self.serving, self.ladder_name) or {}
-        out = [base, serving.variant_rung(base, variant)]
+        out = [entry(base),
+               self.rung_entry(self.variant_rung(base, variant), provenance, base.name)]
         control = self.control
         if control and control.twin_of == p["base"] and control.name not in self.not_applicable:
             out.append(entry(control))
         else:
-            out.append({**base, "name": self.toggle_control(p["base"]), "twin_of": p["base"],
-                        "label": f"{base['label']} (control twin of the toggle)"})
+            twin = replace(base, name=self.toggle_control(base.name), twin_of=base.name,
+                           label=f"{base.label} (control twin of the toggle)")
+            out.append(self.rung_entry(twin, provenance, base.name))
         return out
 
     def toggle_control(self, base: str) -> str:

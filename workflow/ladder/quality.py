@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ladder import parse, progress
-from ladder.host import host_brief
+from ladder.machine import host_brief
 from ladder.errors import LadderError
 from ladder.io import (
     atomic_write_bytes,

@@ -9,11 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import platform
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -22,6 +18,7 @@ from typing import Any, Mapping
 from ladder import vendor
 from ladder.errors import LadderError
 from ladder.io import canonical_hash
+from ladder.machine import compiler_identity, host_arch, host_cpu_flags, native_target
 
 BUILD_KEY_VERSION = 2
 # Applies Recipe.cpu_cflags to the ggml-cpu target only (see the file's own comment).
@@ -190,11 +187,6 @@ def _markers(entry: Mapping[str, Any]) -> tuple[Marker, ...]:
     return tuple(out)
 
 
-def host_arch() -> str:
-    machine = platform.machine().lower()
-    return {"arm64": "aarch64", "amd64": "x86_64"}.get(machine, machine)
-
-
 def select_ladder_name(config: Mapping[str, Any], arch: str | None = None) -> str:
     wanted = config.get("ladder", "auto")
     ladders = config["ladders"]
@@ -271,58 +263,6 @@ def rungs_from_config(config: Mapping[str, Any], ladder_name: str | None = None)
 def quantizer_recipe(config: Mapping[str, Any], ladder_name: str) -> Recipe:
     ladder = config["ladders"][ladder_name]
     return _recipe(ladder["quantizer"], config["build"], f"ladders.{ladder_name}.quantizer")
-
-
-# --- host and toolchain identity -------------------------------------------------------------
-
-
-@lru_cache(maxsize=None)
-def host_cpu_flags() -> frozenset[str]:
-    """CPU feature flags the kernel reports (x86 'flags', Arm 'Features')."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in {"flags", "Features"}:
-            return frozenset(value.split())
-    return frozenset()
-
-
-def _compiler(env_var: str, default: str) -> str:
-    return os.environ.get(env_var) or default
-
-
-@lru_cache(maxsize=None)
-def compiler_identity() -> dict[str, str]:
-    """Resolved path and version line of the C and C++ compilers cmake will pick up."""
-    ident: dict[str, str] = {}
-    for lang, var, default in (("c", "CC", "cc"), ("cxx", "CXX", "c++")):
-        exe = shutil.which(_compiler(var, default))
-        if exe is None:
-            raise LadderError(
-                f"no {lang.upper()} compiler: {_compiler(var, default)!r} is not on PATH "
-                f"(install gcc/g++, e.g. 'apt-get install build-essential', or set {var})"
-            )
-        out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False)
-        ident[lang] = f"{os.path.realpath(exe)}: {out.stdout.splitlines()[0] if out.stdout else '?'}"
-    return ident
-
-
-@lru_cache(maxsize=None)
-def native_target() -> dict[str, str]:
-    """What '-march=native' (x86) / '-mcpu=native' (Arm) expands to for this compiler and CPU."""
-    cc = shutil.which(_compiler("CC", "cc")) or "cc"
-    flag = "-mcpu=native" if host_arch() == "aarch64" else "-march=native"
-    out = subprocess.run(
-        [cc, flag, "-###", "-E", "-x", "c", os.devnull], capture_output=True, text=True, check=False
-    )
-    cc1 = next((ln for ln in out.stderr.splitlines() if "cc1" in ln), "")
-    tokens = [t.strip('"') for t in cc1.split()]
-    mflags = [t for t in tokens if t.startswith(("-march=", "-mcpu=", "-mtune=", "-m"))]
-    arch = next((t.split("=", 1)[1] for t in mflags if t.startswith(("-march=", "-mcpu="))), "?")
-    return {"flag": flag, "resolved": arch, "fingerprint": canonical_hash(sorted(mflags), 16)}
 
 
 def build_key_material(recipe: Recipe, source_id: str,

@@ -20,9 +20,8 @@ from ladder import progress, stats
 from ladder.bench import built_rungs, round_orders
 from ladder import paths
 from ladder.errors import LadderError
-from ladder.host import host_brief
+from ladder.machine import host_brief
 from ladder.io import atomic_write_json, atomic_write_text, read_json
-from ladder.recipes import Runtime
 from ladder.run import run
 from ladder.server import PortTaken, llama_server
 
@@ -81,19 +80,6 @@ def bench_points(cfg: Mapping[str, Any], threads_all: int) -> list[dict[str, Any
 
 def toggle_variant(cfg: Mapping[str, Any], arch: str) -> dict[str, Any] | None:
     return ((cfg.get("toggle") or {}).get("variants") or {}).get(arch)
-
-
-def variant_rung(base: Mapping[str, Any], variant: Mapping[str, Any]) -> dict[str, Any]:
-    """The base rung's binary with the variant's runtime (e.g. --repack 0): the same build key."""
-    rt = {**base["runtime"], **variant["runtime"]}
-    runtime = Runtime(env={str(k): str(v) for k, v in (rt.get("env") or {}).items()},
-                      repack=bool(rt.get("repack", True)),
-                      bench_args=tuple(rt.get("bench_args") or ()),
-                      common_args=tuple(rt.get("common_args") or ()))
-    return {**base, "name": variant["name"], "label": f"{base['label']} ({variant['name']})",
-            "twin_of": None, "runtime": runtime.as_dict(), "env": dict(runtime.env),
-            "bench_argv": runtime.bench_argv(), "common_argv": runtime.common_argv(),
-            "variant_of": base["name"]}
 
 
 # --- server and batched-bench experiments --------------------------------------------------------

@@ -26,7 +26,7 @@ from ladder.errors import LadderError
 from ladder.hosts import check_facts, hosts_from_config
 from ladder.io import read_json
 from ladder.plan import Plan
-from ladder.recipes import host_arch
+from ladder.machine import host_arch
 
 WORKFLOW = Path(__file__).resolve().parent.parent
 

@@ -16,6 +16,6 @@ rule bench:
         workload=lambda wc: config["measure"]["workloads"][wc.workload],
         measure=config["measure"],
         confidence=config["stats"]["confidence"],
-        code=code("bench", "bench", "run", "parse", "host"),
+        code=code("bench", "bench", "run", "parse", "machine"),
     script:
         "../../scripts/bench.py"

@@ -6,12 +6,12 @@ import sys
 
 from ladder import paths
 from ladder.errors import LadderError
-from ladder.host import host_facts as local_facts
+from ladder.machine import host_facts as local_facts
 from ladder.hosts import check_facts, hosts_from_config
 from ladder.io import read_json
 from ladder.config import check_config
 from ladder.plan import Plan, code_hash
-from ladder.recipes import host_arch
+from ladder.machine import host_arch
 from ladder.vendor import vendor_id
 
 HOSTS = {h.name: h for h in hosts_from_config(config, host_arch())}

@@ -19,6 +19,8 @@ rule dispatch:
         code=code(
             "dispatch",
             "dispatch",
+            "counting",
+            "parse",
             "kernels",
             "uprobes",
             "debugger",

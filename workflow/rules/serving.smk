@@ -18,7 +18,7 @@ rule serve_bench:
         settings=config["serving"],
         seed=config["measure"]["seed"],
         disturbance=config["measure"]["disturbance"],
-        code=code("serve_bench", "bench", "run", "parse", "host"),
+        code=code("serve_bench", "bench", "run", "parse", "machine"),
     script:
         "../../scripts/serve_bench.py"
 

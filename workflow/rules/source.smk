@@ -49,7 +49,7 @@ checkpoint host_facts:
         probe_dir=f"{R}/emulation",
         code=lambda wc: code(
             "host_facts",
-            "host",
+            "machine",
             "hosts",
             *(["emulation"] if host(wc.host).emulated else []),
         ),

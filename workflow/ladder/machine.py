@@ -1,4 +1,6 @@
-"""Facts about the measuring host, recorded beside every result."""
+"""This machine: what it is (arch, CPU flags, compiler, what -march/-mcpu=native means here)
+and the facts recorded beside every result. Config hosts are ladder.hosts; a host's plan is
+ladder.plan."""
 
 from __future__ import annotations
 
@@ -12,7 +14,65 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ladder.hosts import cpu_identity
-from ladder.recipes import compiler_identity, host_arch, host_cpu_flags, native_target
+from ladder.errors import LadderError
+from ladder.io import canonical_hash
+
+
+def host_arch() -> str:
+    machine = platform.machine().lower()
+    return {"arm64": "aarch64", "amd64": "x86_64"}.get(machine, machine)
+
+
+# --- host and toolchain identity -------------------------------------------------------------
+
+
+@lru_cache(maxsize=None)
+def host_cpu_flags() -> frozenset[str]:
+    """CPU feature flags the kernel reports (x86 'flags', Arm 'Features')."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in {"flags", "Features"}:
+            return frozenset(value.split())
+    return frozenset()
+
+
+def _compiler(env_var: str, default: str) -> str:
+    return os.environ.get(env_var) or default
+
+
+@lru_cache(maxsize=None)
+def compiler_identity() -> dict[str, str]:
+    """Resolved path and version line of the C and C++ compilers cmake will pick up."""
+    ident: dict[str, str] = {}
+    for lang, var, default in (("c", "CC", "cc"), ("cxx", "CXX", "c++")):
+        exe = shutil.which(_compiler(var, default))
+        if exe is None:
+            raise LadderError(
+                f"no {lang.upper()} compiler: {_compiler(var, default)!r} is not on PATH "
+                f"(install gcc/g++, e.g. 'apt-get install build-essential', or set {var})"
+            )
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False)
+        ident[lang] = f"{os.path.realpath(exe)}: {out.stdout.splitlines()[0] if out.stdout else '?'}"
+    return ident
+
+
+@lru_cache(maxsize=None)
+def native_target() -> dict[str, str]:
+    """What '-march=native' (x86) / '-mcpu=native' (Arm) expands to for this compiler and CPU."""
+    cc = shutil.which(_compiler("CC", "cc")) or "cc"
+    flag = "-mcpu=native" if host_arch() == "aarch64" else "-march=native"
+    out = subprocess.run(
+        [cc, flag, "-###", "-E", "-x", "c", os.devnull], capture_output=True, text=True, check=False
+    )
+    cc1 = next((ln for ln in out.stderr.splitlines() if "cc1" in ln), "")
+    tokens = [t.strip('"') for t in cc1.split()]
+    mflags = [t for t in tokens if t.startswith(("-march=", "-mcpu=", "-mtune=", "-m"))]
+    arch = next((t.split("=", 1)[1] for t in mflags if t.startswith(("-march=", "-mcpu="))), "?")
+    return {"flag": flag, "resolved": arch, "fingerprint": canonical_hash(sorted(mflags), 16)}
 
 
 def _read(path: str) -> str | None:

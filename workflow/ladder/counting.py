@@ -1,0 +1,289 @@
+"""How a dispatch cell's kernel calls are counted: one small interface, one class per method.
+
+- ``uprobe``: Linux uprobes on every family symbol, registered once per sweep (exact counts of
+  dispatch-level symbols and kernels, any thread count).
+- ``lldb`` / ``lldb-presence``: breakpoints through lldb's Python API (dispatch-level symbols
+  counted, kernels first hit only; or first hits only).
+- ``qemu-exec``: a guest under qemu-user, counted by QEMU's own exec log (dispatch-level
+  symbols and the kernels its plain run translated, per guest thread), 1-thread cells checked
+  again through QEMU's gdbstub.
+
+Each method runs the uninstrumented ``plain`` run of a cell (the baseline; under qemu it also
+logs which kernels were translated) and the instrumented ``count`` run, and returns what it
+saw as a :class:`Counted`. The cell logic (``ladder.dispatch``) only judges.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+from ladder.io import atomic_write_text
+from ladder.kernels import Probe
+from ladder.run import RunResult, run
+
+
+@dataclass
+class Counted:
+    """What one instrumented run saw."""
+
+    hits: dict[str, int]
+    wall_s: float
+    failure: str | None
+    crash: dict[str, Any] | None = None
+    per_thread: dict[str, dict[int, int]] = field(default_factory=dict)
+    l3: dict[str, Any] = field(default_factory=dict)  # method-specific evidence for L3
+
+
+def read_and_compress(path: str) -> str:
+    """A QEMU log's text; the raw log is kept, gzipped beside it ("" if qemu wrote none)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return ""
+    with gzip.open(path + ".gz", "wb") as dst:
+        dst.write(data)
+    os.remove(path)
+    return data.decode(errors="replace")
+
+
+def _keep(stem: Path, res: RunResult, kind: str) -> None:
+    atomic_write_text(f"{stem}.{kind}.stderr", res.stderr)
+    atomic_write_text(f"{stem}.{kind}.json", res.stdout)
+
+
+class Method:
+    """The interface: a name, which kinds it counts exactly, a session around the sweep, the
+    plain run and the counted run of one cell."""
+
+    name = "?"
+    exact_kinds: tuple[str, ...] = ()
+    launcher: list[str] = []
+
+    def __init__(self, probes: Sequence[Probe]):
+        self.probes = list(probes)
+        self.session_info: dict[str, Any] = {}
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        yield
+
+    def plain(self, tool_argv: Sequence[str], env: Mapping[str, str], stem: Path,
+              key: Any, timeout: float) -> RunResult:
+        res = run(list(tool_argv), env=dict(env), timeout_s=timeout)
+        _keep(stem, res, "plain")
+        return res
+
+    def count(self, tool_argv: Sequence[str], env: Mapping[str, str], stem: Path, key: Any,
+              timeout: float, crosscheck: bool) -> Counted:
+        raise NotImplementedError
+
+
+class UprobeMethod(Method):
+    name = "uprobe"
+    exact_kinds = ("dispatch", "kernels")
+
+    def __init__(self, probes: Sequence[Probe], tracefs: Any):
+        super().__init__(probes)
+        self.tracefs = tracefs
+        self._session: Any = None
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        from ladder.uprobes import UprobeSession
+
+        # registered once: probes fire in every process mapping the library, so the plain runs
+        # come before this session
+        with UprobeSession(self.probes, self.tracefs) as s:
+            self._session = s
+            self.session_info.update(rejected=s.rejected, setup_s=round(s.setup_s, 3))
+            yield
+        self.session_info.update(teardown_s=round(s.teardown_s, 3),
+                                 probes_registered=len(s.event_of))
+
+    def count(self, tool_argv, env, stem, key, timeout, crosscheck):  # type: ignore[override]
+        before = self._session.snapshot()
+        inst = run(list(tool_argv), env=dict(env), timeout_s=timeout)
+        hits = self._session.delta(before)
+        _keep(stem, inst, "probed")
+        return Counted(hits=hits, wall_s=inst.wall_s, failure=inst.failure(),
+                       crash={"signal": inst.signal_name} if inst.signal_name else None)
+
+
+class LldbMethod(Method):
+    exact_kinds = ("dispatch",)
+
+    def __init__(self, probes: Sequence[Probe], setup: Any, presence_only: bool = False):
+        super().__init__(probes)
+        self.setup = setup
+        self.name = "lldb-presence" if presence_only else "lldb"
+        if presence_only:
+            self.exact_kinds = ()
+
+    def count(self, tool_argv, env, stem, key, timeout, crosscheck):  # type: ignore[override]
+        from ladder.debugger import run_under_lldb
+
+        mode_of = {"dispatch": "count", "kernels": "first"} if self.name == "lldb" else {}
+        spec = [{"id": p.id, "module": p.module, "file_addr": p.entry,
+                 "mode": mode_of.get(p.kind, "first")} for p in self.probes]
+        res = run_under_lldb(self.setup, list(tool_argv), spec, env=dict(env), timeout_s=timeout,
+                             stderr_path=f"{stem}.probed.stderr")
+        failure = res.get("error") or (f"killed by {res['signal']}" if res.get("signal")
+                                       else None)
+        return Counted(hits={k: int(v) for k, v in (res.get("hits") or {}).items()},
+                       wall_s=float(res.get("driver_wall_s") or 0.0), failure=failure,
+                       crash=dict(res["crash"]) if res.get("crash") else None,
+                       l3={"lldb": {k: res.get(k) for k in ("lldb", "unresolved",
+                                                            "orphans_killed", "error")}})
+
+
+class QemuExecMethod(Method):
+    name = "qemu-exec"
+    exact_kinds = ("dispatch", "kernels")
+
+    def __init__(self, probes: Sequence[Probe], launcher: Sequence[str], tool: str,
+                 work_dir: str, crosscheck: bool, no_gdbstub_variants: Sequence[str] = ()):
+        from ladder.emulation import exec_segment_vaddr, guest_load_bias
+
+        super().__init__(probes)
+        # kernels whose run stalls QEMU's gdbstub (SME: streaming mode): no cross-check there
+        self.no_gdbstub_variants = set(no_gdbstub_variants)
+        self.launcher = list(launcher)
+        self.bias = guest_load_bias(self.launcher, tool, work_dir)
+        self.start_code = self.bias + exec_segment_vaddr(tool)
+        self.crosscheck = crosscheck
+        self.work_dir = Path(work_dir)
+        self.kernel_entries = {p.entry + self.bias: p.id for p in self.probes
+                               if p.kind == "kernels"}
+        self.translated: dict[Any, dict[str, int]] = {}
+        self.session_info = {
+            "load_bias": hex(self.bias), "launcher": list(self.launcher),
+            "note": "dispatch-level symbols: QEMU -d exec,nochain -dfilter on their entries "
+                    "(exact calls per guest thread); kernels: seen translated (-d in_asm) in "
+                    "the plain run, then counted in the exec log like the dispatch symbols"}
+
+    def plain(self, tool_argv, env, stem, key, timeout):  # type: ignore[override]
+        from ladder.emulation import count_translations, translation_log_argv
+
+        asm_log = f"{stem}.qemu-in_asm.log"
+        res = run(translation_log_argv(self.launcher, self.kernel_entries, asm_log)
+                  + list(tool_argv), env=dict(env), timeout_s=timeout)
+        self.translated[key] = count_translations(read_and_compress(asm_log),
+                                                  self.kernel_entries)
+        _keep(stem, res, "plain")
+        return res
+
+    def count(self, tool_argv, env, stem, key, timeout, crosscheck):  # type: ignore[override]
+        from ladder.emulation import (count_entries, exec_log_argv, guest_crash, start_code,
+                                      thread_counts)
+
+        # dispatch-level symbols, and the kernels the plain run translated (entered): a few
+        # ranges, so every call of them is counted per guest thread at little extra cost
+        seen = self.translated.get(key) or {}
+        entries = {p.entry + self.bias: p.id for p in self.probes
+                   if p.kind == "dispatch" or p.id in seen}
+        exec_log = f"{stem}.qemu-exec.log"
+        inst = run(exec_log_argv(self.launcher, entries, exec_log) + list(tool_argv),
+                   env=dict(env), timeout_s=timeout)
+        text = read_and_compress(exec_log)
+        hits, cpus = count_entries(text, entries)
+        failure = inst.failure()
+        logged = start_code(text)
+        if failure is None and logged != self.start_code:
+            failure = (f"qemu logged start_code {logged and hex(logged)}, expected "
+                       f"{self.start_code:#x}: the probe addresses would be wrong")
+        _keep(stem, inst, "probed")
+        crash = ({"signal": inst.signal_name, "symbol": None, "method": "qemu",
+                  "note": guest_crash(inst.stderr)} if inst.signal_name else None)
+        # which guest threads (QEMU vCPU indexes) entered each family: a thread cap shows here
+        fam_threads: dict[str, set[int]] = {}
+        for p in self.probes:
+            for cpu in cpus.get(p.id, []):
+                fam_threads.setdefault(p.family, set()).add(cpu)
+        l3: dict[str, Any] = {
+            "guest_threads": {f: sorted(c) for f, c in sorted(fam_threads.items())},
+            "qemu_exec_log": f"{stem}.qemu-exec.log.gz",
+            "qemu_in_asm_log": f"{stem}.qemu-in_asm.log.gz",
+            "crosscheck": None}
+        stalls = sorted({p.variant for p in self.probes if hits.get(p.id)
+                         and p.variant in self.no_gdbstub_variants})
+        if self.crosscheck and crosscheck and failure is None and stalls:
+            l3["crosscheck"] = {
+                "method": "gdbstub", "agree": None,
+                "skipped": f"{'/'.join(stalls)} kernels ran in this cell: QEMU 7.2's gdbstub "
+                           "stalls once the guest enters SME streaming mode (seen here: no "
+                           "progress for minutes, while the same cell with GGML_KLEIDIAI_SME=0 "
+                           "cross-checked in 34 s)"}
+        elif self.crosscheck and crosscheck and failure is None:
+            l3["crosscheck"] = self._crosscheck(tool_argv, hits, env, timeout)
+        return Counted(hits=hits, wall_s=inst.wall_s, failure=failure, crash=crash,
+                       per_thread=thread_counts(text, entries), l3=l3)
+
+    def _crosscheck(self, tool_argv: Sequence[str], hits: Mapping[str, int],
+                    env: Mapping[str, str], timeout: float) -> dict[str, Any]:
+        """The dispatch-level counts again, through QEMU's gdbstub (one guest thread): the
+        exec log's counts are trusted only where the two independent methods agree."""
+        from ladder.emulation import gdbstub_counts
+
+        wanted = {p.entry + self.bias: p.id for p in self.probes if p.kind == "dispatch"}
+        gdb = gdbstub_counts(self.launcher, list(tool_argv), wanted, str(self.work_dir),
+                             dict(env), timeout)
+        if "counts" not in gdb or gdb.get("error"):
+            return {**gdb, "agree": None}
+        mine = {pid: hits[pid] for pid in wanted.values() if hits.get(pid)}
+        names = {p.id: p.symbol for p in self.probes}
+        diff = {names[k]: {"qemu_exec": mine.get(k, 0), "gdbstub": gdb["counts"].get(k, 0)}
+                for k in set(mine) | set(gdb["counts"])
+                if mine.get(k, 0) != gdb["counts"].get(k, 0)}
+        return {**gdb, "agree": not diff, "disagree": diff,
+                "counts": {names[k]: v for k, v in gdb["counts"].items()}}
+
+
+def choose_method(wanted: str, launcher: Sequence[str] = ()) -> tuple[str | None, Any, str | None]:
+    """(method, handle, reason-if-none). auto = uprobes if permitted, else lldb. A guest under
+    qemu-user is invisible to uprobes and ptrace: it is counted by QEMU's own exec log."""
+    import shutil
+
+    from ladder import debugger as lldb_mod
+    from ladder import uprobes
+
+    if launcher or wanted == "qemu-exec":
+        if not launcher:
+            return None, None, "method qemu-exec is for emulated hosts (no qemu launcher)"
+        if shutil.which(launcher[0]) is None:
+            return None, None, f"{launcher[0]} is not on PATH"
+        return "qemu-exec", list(launcher), None
+    reasons = []
+    if wanted in ("auto", "uprobe"):
+        try:
+            return "uprobe", uprobes.find_tracefs(), None
+        except uprobes.UprobeUnavailable as exc:
+            reasons.append(str(exc))
+            if wanted == "uprobe":
+                return None, None, str(exc)
+    if wanted in ("auto", "lldb", "lldb-presence"):
+        try:
+            setup = lldb_mod.find_lldb()
+            return ("lldb" if wanted != "lldb-presence" else "lldb-presence"), setup, None
+        except lldb_mod.LldbUnavailable as exc:
+            reasons.append(str(exc))
+    return None, None, "; ".join(reasons) or f"unknown method {wanted!r}"
+
+
+def open_method(wanted: str, probes: Sequence[Probe], launcher: Sequence[str], tool: str,
+                work_dir: str, crosscheck: bool, no_gdbstub_variants: Sequence[str] = ()
+                ) -> tuple[Method | None, str | None]:
+    """The counting method of a sweep, ready to use, or None and why not."""
+    name, handle, why = choose_method(wanted, launcher)
+    if name is None:
+        return None, why
+    if name == "qemu-exec":
+        return QemuExecMethod(probes, handle, tool, work_dir, crosscheck,
+                              no_gdbstub_variants), None
+    if name == "uprobe":
+        return UprobeMethod(probes, handle), None
+    return LldbMethod(probes, handle, presence_only=name == "lldb-presence"), None
