@@ -146,12 +146,10 @@ class QemuExecMethod(Method):
     exact_kinds = ("dispatch", "kernels")
 
     def __init__(self, probes: Sequence[Probe], launcher: Sequence[str], tool: str,
-                 work_dir: str, crosscheck: bool, no_gdbstub_variants: Sequence[str] = ()):
+                 work_dir: str, crosscheck: bool):
         from ladder.emulation import exec_segment_vaddr, guest_load_bias
 
         super().__init__(probes)
-        # kernels whose run stalls QEMU's gdbstub (SME: streaming mode): no cross-check there
-        self.no_gdbstub_variants = set(no_gdbstub_variants)
         self.launcher = list(launcher)
         self.bias = guest_load_bias(self.launcher, tool, work_dir)
         self.start_code = self.bias + exec_segment_vaddr(tool)
@@ -209,16 +207,7 @@ class QemuExecMethod(Method):
             "qemu_exec_log": f"{stem}.qemu-exec.log.gz",
             "qemu_in_asm_log": f"{stem}.qemu-in_asm.log.gz",
             "crosscheck": None}
-        stalls = sorted({p.variant for p in self.probes if hits.get(p.id)
-                         and p.variant in self.no_gdbstub_variants})
-        if self.crosscheck and crosscheck and failure is None and stalls:
-            l3["crosscheck"] = {
-                "method": "gdbstub", "agree": None,
-                "skipped": f"{'/'.join(stalls)} kernels ran in this cell: QEMU 7.2's gdbstub "
-                           "stalls once the guest enters SME streaming mode (seen here: no "
-                           "progress for minutes, while the same cell with GGML_KLEIDIAI_SME=0 "
-                           "cross-checked in 34 s)"}
-        elif self.crosscheck and crosscheck and failure is None:
+        if self.crosscheck and crosscheck and failure is None:
             l3["crosscheck"] = self._crosscheck(tool_argv, hits, env, timeout)
         return Counted(hits=hits, wall_s=inst.wall_s, failure=failure, crash=crash,
                        per_thread=thread_counts(text, entries), l3=l3)
@@ -275,15 +264,13 @@ def choose_method(wanted: str, launcher: Sequence[str] = ()) -> tuple[str | None
 
 
 def open_method(wanted: str, probes: Sequence[Probe], launcher: Sequence[str], tool: str,
-                work_dir: str, crosscheck: bool, no_gdbstub_variants: Sequence[str] = ()
-                ) -> tuple[Method | None, str | None]:
+                work_dir: str, crosscheck: bool) -> tuple[Method | None, str | None]:
     """The counting method of a sweep, ready to use, or None and why not."""
     name, handle, why = choose_method(wanted, launcher)
     if name is None:
         return None, why
     if name == "qemu-exec":
-        return QemuExecMethod(probes, handle, tool, work_dir, crosscheck,
-                              no_gdbstub_variants), None
+        return QemuExecMethod(probes, handle, tool, work_dir, crosscheck), None
     if name == "uprobe":
         return UprobeMethod(probes, handle), None
     return LldbMethod(probes, handle, presence_only=name == "lldb-presence"), None

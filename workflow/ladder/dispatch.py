@@ -267,8 +267,7 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
     if unmeasured is None:
         method, why = open_method(settings.get("method", "auto"), probes, launcher,
                                   str(bin_dir / "llama-bench"), str(raw),
-                                  bool(settings.get("crosscheck", True)),
-                                  [v for f in fset.families.values() for v in f.sme_variants])
+                                  bool(settings.get("crosscheck", True)))
         if method is None:
             unmeasured = f"no instrumentation method: {why}"
     doc["method"] = method.name if method else None

@@ -403,9 +403,13 @@ def gdbstub_counts(prefix: Sequence[str], tool_argv: Sequence[str], entries: Map
     sock = Path(work_dir) / f"gdbstub-{os.getpid()}.sock"
     sock.unlink(missing_ok=True)
     t0 = time.monotonic()
+    # the guest's stderr goes to a file: a pipe nobody reads fills up (llama-bench -v writes
+    # ~150 KB) and blocks the guest, and gdb with it, until the timeout
+    guest_err = open(Path(work_dir) / f"gdbstub-{os.getpid()}.stderr", "wb")
     qemu = subprocess.Popen([*prefix, "-g", str(sock), *tool_argv], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env={**os.environ, **env},
+                            stderr=guest_err, env={**os.environ, **env},
                             start_new_session=True)
+    guest_err.close()
     result: dict[str, Any] = {"method": "gdbstub (qemu -g <unix socket>, gdb-multiarch "
                                         "breakpoints with ignore counts)"}
     try:
