@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -32,7 +33,9 @@ def test_a_live_runs_lock_is_kept(tmp_path, capsys):
     # a process named snakemake working in that directory stands for a live run
     fake = tmp_path / "bin" / "snakemake"
     fake.parent.mkdir()
-    fake.write_text("#!/bin/sh\nsleep 30\n")
+    # one process, no child: a shell script's forked `sleep` kept the script's command line for
+    # a moment after kill() under load, and looked like a live run
+    fake.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(30)\n")
     fake.chmod(0o755)
     proc = subprocess.Popen([str(fake)], cwd=tmp_path)
     cmdline = Path(f"/proc/{proc.pid}/cmdline")

@@ -15,6 +15,7 @@ import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from ladder.serving import EXPERIMENTS  # noqa: E402
 
 COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3"]
 
@@ -224,12 +225,9 @@ def serving_curve(doc: Mapping[str, Any], points: list[Mapping[str, Any]], fid: 
 def serving_figures(doc: Mapping[str, Any], out: Path) -> dict[str, Any]:
     srv = doc.get("serving") or {}
     figs: dict[str, Any] = {}
-    for exp, phase, xlabel in (("context", "prefill", "prompt tokens"),
-                               ("context", "decode", "context depth (tokens)"),
-                               ("kv_cache", "prefill", "KV cache type (flash attention on)"),
-                               ("kv_cache", "decode", "KV cache type (flash attention on)"),
-                               ("ubatch", "prefill", "micro-batch (-ub)"),
-                               ("toggle", "prefill", "threads"), ("toggle", "decode", "threads")):
+    axes = [(exp, phase, xlabel) for exp, spec in EXPERIMENTS.items()
+            for phase, xlabel in spec["axes"].items()]
+    for exp, phase, xlabel in axes:
         pts = [p for p in srv.get(exp) or [] if p.get("phase") == phase]
         if not pts:
             continue

@@ -26,7 +26,19 @@ from ladder.run import run
 from ladder.server import PortTaken, llama_server
 
 FORMAT = "ladder-serving/1"
-BENCH_EXPERIMENTS = ("context", "kv_cache", "ubatch", "toggle")
+# The llama-bench experiments, each described once: its report title and its figures' x axis
+# per phase (the rules, the report, the templates and the figures read this table).
+EXPERIMENTS: dict[str, dict[str, Any]] = {
+    "context": {"title": "Context length: prefill at growing prompts, decode at depth",
+                "axes": {"prefill": "prompt tokens", "decode": "context depth (tokens)"}},
+    "kv_cache": {"title": "KV-cache type (flash attention on)",
+                 "axes": {"prefill": "KV cache type (flash attention on)",
+                          "decode": "KV cache type (flash attention on)"}},
+    "ubatch": {"title": "Micro-batch size (-ub)", "axes": {"prefill": "micro-batch (-ub)"}},
+    "toggle": {"title": "Vendor/repack toggle across thread counts",
+               "axes": {"prefill": "threads", "decode": "threads"}},
+}
+BENCH_EXPERIMENTS = tuple(EXPERIMENTS)
 
 
 # --- the points of the llama-bench experiments ---------------------------------------------------
@@ -362,6 +374,7 @@ def serving_section(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
                     prefix: Sequence[str], concurrency_files: Sequence[str],
                     missing: list[dict[str, str]]) -> dict[str, Any]:
     out: dict[str, Any] = {e: [] for e in BENCH_EXPERIMENTS}
+    out["titles"] = {e: EXPERIMENTS[e]["title"] for e in BENCH_EXPERIMENTS}
     by_key = {(p["experiment"], p["point"], int(p["threads"])): p for p in points}
     for path in point_files:
         try:

@@ -11,6 +11,7 @@ from ladder.hosts import check_facts, hosts_from_config
 from ladder.io import read_json
 from ladder.config import check_config
 from ladder.plan import Plan, code_hash
+from ladder.serving import BENCH_EXPERIMENTS
 from ladder.machine import host_arch
 from ladder.vendor import vendor_id
 
@@ -38,7 +39,7 @@ wildcard_constraints:
     rung="[a-z][a-z0-9_]*",
     threads="[0-9]+",
     host="[a-z][a-z0-9_]*",
-    experiment="context|kv_cache|ubatch|toggle",
+    experiment="|".join(BENCH_EXPERIMENTS),
     point="[a-z0-9_]+",
 
 
