@@ -177,6 +177,14 @@ def host_threads(wc):
     return threads_of(_host_of(wc))
 
 
+def run_threads(wc):
+    """Cores a run job reserves: all of a real host's (nothing may disturb a measurement). An
+    emulated host's runs are evidence only, timed by nobody, and mostly one QEMU thread each:
+    one core, so Snakemake runs two of them at once on two cores (the guest's -t is its own).
+    """
+    return 1 if host(wc.host).emulated else threads_of(wc.host)
+
+
 def host_extra(wc):
     h = host(_host_of(wc))
     return h.slurm_extra if h.remote else ""

@@ -8,7 +8,7 @@ rule dispatch:
         "logs/{host}/dispatch/{model}/{rung}.log",
     conda:
         "../../envs/ladder.yaml"
-    threads: host_threads
+    threads: run_threads
     resources:
         **host_resources(mem_mb=4000, runtime=60),
     params:

@@ -9,7 +9,7 @@ rule evidence:
         "logs/{host}/evidence/{model}/{quant}/{rung}.log",
     conda:
         "../../envs/ladder.yaml"
-    threads: host_threads
+    threads: run_threads
     resources:
         **host_resources(mem_mb=4000, runtime=20),
     params:

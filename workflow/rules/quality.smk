@@ -22,7 +22,7 @@ rule quality:
         "logs/{host}/quality/{model}/{quant}/{rung}.log",
     conda:
         "../../envs/ladder.yaml"
-    threads: host_threads
+    threads: run_threads
     resources:
         **host_resources(mem_mb=4000, runtime=30),
     params:
