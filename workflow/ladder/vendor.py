@@ -146,15 +146,19 @@ def fetch_vendor(name: str, spec: Mapping[str, Any], out_json: str | os.PathLike
     record["path"] = str(path)
     if not path.exists():
         return done(reason=f"no {name} source: {where}.path {path} does not exist")
+    # the kind's own check: a file hashed as bytes, a folder by its tree hash
+    is_kind, what, digest = ((path.is_file(), "a file (kind archive)", sha256_file)
+                             if kind == "archive" else
+                             (path.is_dir(), "a folder (kind dir)", tree_sha256))
+    if not is_kind:
+        return done(reason=f"no {name} source: {where}.path {path} is not {what}")
+    got = digest(path)
+    record["sha256_found"] = got
+    if got != ident["sha256"]:
+        hashed = f"{path} has sha256" if kind == "archive" else f"the tree hash of {path} is"
+        return done(reason=f"no {name} source: {where}.sha256 pins {ident['sha256']}, but "
+                    f"{hashed} {got}: not used")
     if kind == "archive":
-        if not path.is_file():
-            return done(reason=f"no {name} source: {where}.path {path} is not a file "
-                        "(kind archive)")
-        got = sha256_file(path)
-        record["sha256_found"] = got
-        if got != ident["sha256"]:
-            return done(reason=f"no {name} source: {where}.sha256 pins {ident['sha256']}, but "
-                        f"{path} has sha256 {got}: not used")
         tree = out_dir / "tree"
         marker = out_dir / "tree.sha256"
         if not (tree.is_dir() and marker.is_file() and marker.read_text().strip() == got):
@@ -164,14 +168,6 @@ def fetch_vendor(name: str, spec: Mapping[str, Any], out_json: str | os.PathLike
         tops = [p for p in tree.iterdir() if p.is_dir()]
         base = tops[0] if len(tops) == 1 and not ident.get("subdirectory") else tree
     else:
-        if not path.is_dir():
-            return done(reason=f"no {name} source: {where}.path {path} is not a folder "
-                        "(kind dir)")
-        got = tree_sha256(path)
-        record["sha256_found"] = got
-        if got != ident["sha256"]:
-            return done(reason=f"no {name} source: {where}.sha256 pins {ident['sha256']}, but "
-                        f"the tree hash of {path} is {got}: not used")
         base = path.resolve()
     src = base / ident["subdirectory"] if ident.get("subdirectory") else base
     if not (src / "CMakeLists.txt").is_file():
