@@ -74,7 +74,9 @@ class Method:
 
     def plain(self, tool_argv: Sequence[str], env: Mapping[str, str], stem: Path,
               key: Any, timeout: float) -> RunResult:
-        res = run(list(tool_argv), env=dict(env), timeout_s=timeout)
+        """The uninstrumented run. ``tool_argv`` is the tool's own command line: a method
+        adds its launcher (qemu) itself, in plain and in counted runs alike."""
+        res = run(self.launcher + list(tool_argv), env=dict(env), timeout_s=timeout)
         _keep(stem, res, "plain")
         return res
 
@@ -107,7 +109,7 @@ class UprobeMethod(Method):
 
     def count(self, tool_argv, env, stem, key, timeout, crosscheck):  # type: ignore[override]
         before = self._session.snapshot()
-        inst = run(list(tool_argv), env=dict(env), timeout_s=timeout)
+        inst = run(self.launcher + list(tool_argv), env=dict(env), timeout_s=timeout)
         hits = self._session.delta(before)
         _keep(stem, inst, "probed")
         return Counted(hits=hits, wall_s=inst.wall_s, failure=inst.failure(),
@@ -130,7 +132,8 @@ class LldbMethod(Method):
         mode_of = {"dispatch": "count", "kernels": "first"} if self.name == "lldb" else {}
         spec = [{"id": p.id, "module": p.module, "file_addr": p.entry,
                  "mode": mode_of.get(p.kind, "first")} for p in self.probes]
-        res = run_under_lldb(self.setup, list(tool_argv), spec, env=dict(env), timeout_s=timeout,
+        res = run_under_lldb(self.setup, self.launcher + list(tool_argv), spec, env=dict(env),
+                             timeout_s=timeout,
                              stderr_path=f"{stem}.probed.stderr")
         failure = res.get("error") or (f"killed by {res['signal']}" if res.get("signal")
                                        else None)

@@ -286,8 +286,8 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
     if method is not None:
         for quant, workload, spec, t, r in cells_spec:
             key = (r["name"], quant, workload, t)
-            argv = method.launcher + workload_argv(bin_dir, inputs[quant][0]["path"], spec, t,
-                                                   r.get("bench_argv") or [], verbose)
+            argv = workload_argv(bin_dir, inputs[quant][0]["path"], spec, t,
+                                 r.get("bench_argv") or [], verbose)
             baselines[key] = method.plain(argv, r.get("env") or {},
                                           raw / cell_stem(r, rung, quant, workload, t), key,
                                           timeout)
@@ -360,7 +360,7 @@ def _cell(*, rung: Mapping[str, Any], stem: Path, verbose: bool, quant: str, wor
     launcher = method.launcher
     argv = launcher + tool_argv
     env = dict(rung.get("env") or {})
-    seen = method.count(argv, env, stem, (rung["name"], quant, workload, threads), timeout,
+    seen = method.count(tool_argv, env, stem, (rung["name"], quant, workload, threads), timeout,
                         crosscheck=threads == 1 and not rung.get("variant_of"))
     hits, crash, inst_fail = seen.hits, seen.crash, seen.failure
     if crash is None and base.signal_name:
