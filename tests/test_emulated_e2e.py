@@ -140,7 +140,8 @@ def test_kleidiai_ledger_per_thread_and_variant(run_dir, report):
                 assert not sme, ran
             for k in v["kernels"]:  # counted per guest thread
                 if k["shape"] and k["calls"]:
-                    assert set(k["threads"]) <= set(range(t)) and sum(k["threads"].values()) == k["calls"]
+                    ths = {int(th): n for th, n in k["threads"].items()}  # JSON keys: strings
+                    assert set(ths) <= set(range(t)) and sum(ths.values()) == k["calls"]
             assert set(c["L1"]["host_flags"]) >= {"asimddp", "i8mm", "sve", "sve2", "sme", "sme2"}
             assert c["L1"]["host_flags"]["i8mm"] and not c["L1"]["host_flags"]["sme2"]
             # the SME toggle: the same binary with GGML_KLEIDIAI_SME=0, cells of their own

@@ -230,16 +230,19 @@ def judge_drift(rec: Mapping[str, Any], floor: Mapping[str, Any] | None,
         return {"flag": None, "text": f"not measured: {why}", "reasons": []}
     reasons: list[str] = []
     notes: list[str] = []
+    open_: list[str] = []  # neither shown inside the tolerance nor beyond it: cannot tell
     kl = rec.get("kld") or {}
     rel = rec["ppl"] / floor["ppl"] - 1.0
     err = float(kl.get("ppl_ratio_err") or 0.0)
     tol_ppl = tolerance["ppl_rel"]
+    ppl = f"PPL {rel * 100:+.2f} %" + (f" ± {err * 100:.2f}" if err else "")
     if rel - 2 * err > tol_ppl:
         reasons.append(f"PPL {rel * 100:+.2f} % ± {err * 100:.2f} vs floor (tolerance "
                        f"{tol_ppl * 100:g} %)")
+    elif rel + 2 * err > tol_ppl:
+        open_.append(f"{ppl} reaches past the {tol_ppl * 100:g} % tolerance")
     else:
-        notes.append(f"PPL {rel * 100:+.2f} %" + (f" ± {err * 100:.2f}" if err else "")
-                     + (" (lower: not a regression)" if rel < -tol_ppl else ""))
+        notes.append(ppl + (" (lower: not a regression)" if rel < -tol_ppl else ""))
     kld = kl.get("kld_mean")
     if kld is not None and kld > tolerance["kld_mean"]:
         reasons.append(f"mean KLD {kld:.4f} (tolerance {tolerance['kld_mean']:g})")
@@ -249,6 +252,9 @@ def judge_drift(rec: Mapping[str, Any], floor: Mapping[str, Any] | None,
     top1_min = float(tolerance.get("same_top1_min", 0.95)) * 100
     if top1 is not None and top1 + 2 * top1_err < top1_min:
         reasons.append(f"same top-1 {top1:.2f} % ± {top1_err:.2f} (minimum {top1_min:g} %)")
+    elif top1 is not None and top1 - 2 * top1_err < top1_min:
+        open_.append(f"same top-1 {top1:.2f} % ± {top1_err:.2f} reaches below the "
+                     f"{top1_min:g} % minimum")
     elif top1 is not None:
         notes.append(f"same top-1 {top1:.2f} %")
     probe = rec.get("probe") or {}
@@ -257,10 +263,15 @@ def judge_drift(rec: Mapping[str, Any], floor: Mapping[str, Any] | None,
                        f"{probe['first_divergence']}")
     elif probe.get("identical_to_floor"):
         notes.append("greedy text identical")
-    text = ("changes outputs: " + "; ".join(reasons)) if reasons else (
-        "within tolerance (" + ", ".join(notes) + ")")
-    return {"flag": bool(reasons), "text": text, "reasons": reasons, "ppl_rel": rel,
-            "kld_mean": kld}
+    if reasons:
+        text = "changes outputs: " + "; ".join(reasons)
+    elif open_:  # too few tokens to say either way: never "within tolerance"
+        text = ("no drift shown, none ruled out: " + "; ".join(open_)
+                + (" (" + ", ".join(notes) + ")" if notes else ""))
+    else:
+        text = "within tolerance (" + ", ".join(notes) + ")"
+    return {"flag": bool(reasons), "text": text, "reasons": reasons, "undecided": open_,
+            "ppl_rel": rel, "kld_mean": kld}
 
 
 def cleanup_logits(base_dir: str) -> list[str]:
