@@ -215,7 +215,7 @@ def test_fleet_lists_the_emulated_host_as_evidence_only(run_dir):
     assert any("DISPATCHED" in d for d in rows["native_repack"]["dispatch"])
 
 
-def test_rerun_is_a_no_op(run_dir):
+def test_rerun_is_a_no_op(run_dir, snakemake):
     res = snakemake(run_dir, *TARGETS, "-n")
     assert res.returncode == 0 and "Nothing to be done" in res.stdout + res.stderr
 
@@ -231,7 +231,7 @@ def _config_with(run_dir: Path, name: str, patch: dict) -> Path:
     return path
 
 
-def test_unknown_cpu_model_is_named_and_other_lanes_intact(run_dir):
+def test_unknown_cpu_model_is_named_and_other_lanes_intact(run_dir, snakemake):
     before = (run_dir / EMU / "report" / "ladder.json").stat().st_mtime_ns
     # not in emulation.cpu_models: refused before any job
     cfg = _config_with(run_dir, "bad-cpu.yaml", {"hosts": [
@@ -254,7 +254,7 @@ def test_unknown_cpu_model_is_named_and_other_lanes_intact(run_dir):
     assert (run_dir / EMU / "report" / "ladder.json").stat().st_mtime_ns == before
 
 
-def test_missing_qemu_is_named(run_dir):
+def test_missing_qemu_is_named(run_dir, snakemake):
     em = yaml.safe_load(CONFIG.read_text())["emulation"]
     em["qemu"] = "qemu-aarch64-missing"
     cfg = _config_with(run_dir, "no-qemu.yaml", {"emulation": em, "hosts": [

@@ -35,7 +35,7 @@ def kleidiai_overlay(workdir: Path, archive: Path | None = None,
     path.parent.mkdir(parents=True, exist_ok=True)
     arc = archive or kleidiai_archive()
     path.write_text("vendor_sources:\n  KleidiAI:\n    kind: archive\n"
-                    f"    path: {arc}\n    sha256: {sha256}\n")
+                    f"    path: '{arc}'\n    sha256: '{sha256}'\n")
     return path
 
 
