@@ -66,7 +66,8 @@ def settings_of(config: Mapping[str, Any]) -> Mapping[str, Any]:
 def effective_settings(config: Mapping[str, Any], emulated: bool) -> dict[str, Any]:
     """What a host measures, in one place: the config's settings, and for an emulated host the
     lane's overlay (evidence only: no throughput, serving or bandwidth; its own quants, quality
-    size, dispatch threads, workloads and method, and the emulated timeout)."""
+    size, dispatch threads, workloads and method, and the emulated timeout). ``config`` is
+    validated: the schema's defaults are filled in, so none is repeated here."""
     quality = dict(config.get("quality") or {})
     dispatch = {k: v for k, v in (config.get("dispatch") or {}).items() if k != "must_dispatch"}
     out: dict[str, Any] = {
@@ -75,24 +76,24 @@ def effective_settings(config: Mapping[str, Any], emulated: bool) -> dict[str, A
         "bandwidth": bool(config["report"]["bandwidth_probe"]["enabled"]),
         "quality": quality, "dispatch": dispatch,
         "dispatch_threads": list(dispatch.get("threads") or []),
-        "dispatch_toggle": bool(dispatch.get("toggle", False)),
+        "dispatch_toggle": bool(dispatch["toggle"]),
         "timeout_s": None,
     }
     if not emulated:
         return out
     em = settings_of(config)
     emd = em.get("dispatch") or {}
-    timeout = float(em.get("timeout_s", 1800))
+    timeout = float(em["timeout_s"])
     dispatch = {**dispatch, "method": "qemu-exec", "timeout_s": timeout,
-                "crosscheck": bool(emd.get("crosscheck", True))}
+                "crosscheck": bool(emd["crosscheck"])}
     if emd.get("workloads"):
         dispatch["workloads"] = emd["workloads"]
     quality = {**quality, **(em.get("quality") or {})}
-    quality["timeout_s"] = max(float(quality.get("timeout_s", 1200)), timeout)
+    quality["timeout_s"] = max(float(quality["timeout_s"]), timeout)
     out.update(quants=em.get("quants") or out["quants"], throughput=False, serving=False,
                bandwidth=False, quality=quality, dispatch=dispatch,
                dispatch_threads=list(emd.get("threads") or out["dispatch_threads"]),
-               dispatch_toggle=bool(emd.get("toggle", True)), timeout_s=timeout)
+               dispatch_toggle=bool(emd["toggle"]), timeout_s=timeout)
     return out
 
 

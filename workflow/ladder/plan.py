@@ -59,7 +59,7 @@ def ladder_of(config: Mapping[str, Any], host: Host, arch: str) -> str:
     """The ladder a host runs: emulation.ladder for an emulated host (the Arm ladder), else
     'ladder' (auto: the one named after the host's arch)."""
     if host.emulated:
-        name = str(emulation.settings_of(config).get("ladder", "aarch64"))
+        name = str(emulation.settings_of(config)["ladder"])
         if name not in config["ladders"]:
             raise LadderError(f"emulation.ladder: {name!r} is not a key of config.ladders "
                               f"({sorted(config['ladders'])})")
@@ -281,7 +281,7 @@ class Plan:
     def serving_model_quants(self) -> list[tuple[str, str]]:
         if not self.settings["serving"]:
             return []
-        q = str(self.serving.get("quant", "q4_0")).lower()
+        q = str(self.serving["quant"]).lower()
         return [(m, mq) for m, mq in self.model_quants() if mq == q]
 
     def serving_points(self) -> list[dict[str, Any]]:
