@@ -63,9 +63,10 @@ def judge_cell(*, expected: Family | None, families: FamilySet,
     if expected is None:
         return out("NOT_APPLICABLE", "the rung declares no kernel family (recipe key 'family')")
     res = resolution.get(expected.name, {})
-    matched = {k: v.get("matched", 0) for k, v in res.items()}
+    kinds = {k: v for k, v in res.items() if isinstance(v, Mapping)}  # dispatch, kernels
+    matched = {k: v.get("matched", 0) for k, v in kinds.items()}
     if not any(matched.values()):
-        pats = ", ".join(f"{k} {v.get('pattern')!r}" for k, v in res.items())
+        pats = ", ".join(f"{k} {v.get('pattern')!r}" for k, v in kinds.items())
         return out("NO_SYMBOLS", f"family {expected.name}: no symbol of the library matches "
                    f"({pats}): whether it ran cannot be told")
     kind = "dispatch" if matched.get("dispatch") else "kernels"
@@ -107,9 +108,13 @@ def judge_cell(*, expected: Family | None, families: FamilySet,
             ran_v = ", ".join(f"{v} {n}" for v, n in variants.items() if n)
             return out("SILENT_FALLBACK", f"init line advertised {advertised_variant} kernels, "
                        f"none executed; {expected.name} ran {ran_v}", share)
+    inlined = list(res.get("variants_without_symbols") or [])
     by_variant = (" (kernels by variant: " + ", ".join(
-        f"{v} {variants.get(v, 0)}" for v in expected.variants) + ")") if (
+        f"{v} {variants.get(v, 0)}" for v in expected.variants if v not in inlined) + ")") if (
         expected.variants and any(variants.values())) else ""
+    if inlined:  # said, not hidden: those calls are in the symbol they were inlined into
+        by_variant += (f"; variant(s) {', '.join(inlined)} inlined in this build (no symbol of "
+                       "their own): not told apart")
     fallback = families.families.get(f"{expected.name}_generic")
     fb_hits = int(totals.get(fallback.name, {}).get("kernels", 0)) if fallback else 0
     unit = "calls" if exact else "first hits (presence only)"

@@ -295,6 +295,12 @@ def plan_probes(fset: FamilySet, lib: str | Path,
             kind: {"pattern": getattr(f, kind), "matched": len(kinds[kind])}
             for kind in KINDS if getattr(f, kind)
         }
+        if f.variants:
+            # a variant the compiler inlined has no symbol of its own: its calls are counted on
+            # the symbol it was inlined into, and no count can name the variant in this build
+            seen = {variant_of(f, s.name) for k in KINDS for s in kinds[k]}
+            summary["families"][fam]["variants_without_symbols"] = sorted(
+                v for v in f.variants if v not in seen)
         for kind in KINDS:
             for sym in kinds[kind]:
                 pid = f"p{len(probes)}"
