@@ -9,7 +9,8 @@ m = snakemake.params.measure
 run_step(snakemake, lambda: measure(
     quant=snakemake.wildcards.quant, workload_name=snakemake.wildcards.workload,
     workload=snakemake.params.workload, threads=int(snakemake.wildcards.threads), rungs=snakemake.params.rungs,
-    model_meta=snakemake.input.model, rounds=m["rounds"], reps=m["repetitions"], seed=m["seed"],
+    model_meta=snakemake.input.model, rounds=m["rounds"], reps=m["repetitions"],
+    round_statistic=m["round_statistic"], seed=m["seed"],
     warmup=m["warmup"], timeout_s=m["timeout_s"], disturbance=m.get("disturbance"),
     adaptive=m.get("adaptive"), confidence=snakemake.params.confidence, raw_dir=snakemake.output.raw,
     out_json=snakemake.output.samples, log=snakemake.log[0], warmup_rounds=m["warmup_rounds"],

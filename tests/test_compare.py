@@ -64,3 +64,14 @@ def test_a_rung_without_rounds_says_why():
     amx = next(r for r in out["rows"] if r["rung"] == "amx")
     assert amx["call"] == "not measured"
     assert "BASE: crashed, killed by SIGILL" in amx["text"] or "BASE: crashed" in amx["text"]
+
+
+def test_cells_taken_with_another_round_statistic_are_not_compared():
+    base = compare.load_report(str(REPORT))
+    new = copy.deepcopy(base)
+    for c in new["cells"]:
+        c["repetitions"], c["round_statistic"] = 5, "best"
+    doc = compare.compare(base, new)
+    assert not doc["rows"]
+    assert {"round statistic (llama-bench repetitions and how a round is taken)"} == \
+        {d for nc in doc["not_comparable"] for d in nc["differ"]}

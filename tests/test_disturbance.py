@@ -90,10 +90,50 @@ def test_an_adaptive_cell_stops_when_settled(tmp_path):
                   adaptive={"enabled": True, "min_rounds": 3, "max_rounds": 6,
                             "target_floor": 0.05})
     assert doc["rounds"] == 3 and doc["adaptive"]["stopped"]["why"] == "settled"
-    assert doc["adaptive"]["confidence_per_look"] == pytest.approx(1 - 0.05 / 4)
+    assert doc["adaptive"]["confidence_per_look"] == pytest.approx(1 - 0.05 / 3)  # 3, 5, 6
     assert {s["round"] for s in doc["samples"]} == {0, 1, 2}
     cell = stats.summarize_cell(doc, ["floor", "native_repack"], "control", "native_repack")
-    assert cell["steps"][0]["ratio"]["confidence"] == pytest.approx(1 - 0.05 / 4)
+    assert cell["steps"][0]["ratio"]["confidence"] == pytest.approx(1 - 0.05 / 3)
+
+
+def test_a_settled_rung_is_not_run_again(tmp_path):
+    """Issue 18: comparisons that settle early stop costing time. The floor is 20x slower and
+    its step is called at the first look; the control wanders (±40 %), so the floor stays open
+    and only the control and its twin run on. The stand-in scales the real JSON by SCALE and
+    a JITTER drawn per process."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "llama-bench").write_text(
+        f"#!{sys.executable}\nimport json, os, random\nd = json.load(open({str(FIX)!r}))\n"
+        "f = float(os.environ['SCALE']) * (1 + random.uniform(-1, 1) * "
+        "float(os.environ.get('JITTER', '0')))\n"
+        "for r in d: r['samples_ts'] = [x * f for x in r['samples_ts']]\n"
+        "print(json.dumps(d))\n")
+    (bindir / "llama-bench").chmod(0o755)
+    prov = tmp_path / "prov.json"
+    prov.write_text(json.dumps({"status": "ok", "bin_dir": str(bindir), "build_key": "k"}))
+    (tmp_path / "m").mkdir()
+    _, _, model = _stand_in(tmp_path / "m")
+    env = {"floor": {"SCALE": "0.05"}, "native_repack": {"SCALE": "1"},
+           "control": {"SCALE": "1", "JITTER": "0.4"}}
+    rungs = [{"name": n, "provenance": str(prov), "runtime": {}, "env": env[n], "bench_argv": [],
+              "twin_of": "native_repack" if n == "control" else None} for n in env]
+    doc = measure(quant="q4_0", workload_name="tg8", workload={"n_prompt": 0, "n_gen": 8},
+                  threads=2, rungs=rungs, model_meta=str(model), rounds=5, reps=1, seed=1,
+                  warmup=False, timeout_s=60, raw_dir=str(tmp_path / "raw"),
+                  out_json=str(tmp_path / "out.json"), log=str(tmp_path / "log"),
+                  warmup_rounds=0, disturbance={**LIMITS, "foreign_cpu_max": 1.0},
+                  adaptive={"enabled": True, "min_rounds": 3, "max_rounds": 8,
+                            "target_floor": {"prefill": 0.01, "decode": 0.02}})
+    stopped = doc["adaptive"]["stopped"]
+    assert stopped["retired"] == {"floor": 3}, stopped
+    assert doc["rounds"] == 8 and stopped["why"] == "all planned rounds"
+    assert any("wider than ±2.0 %" in q for q in stopped["open"])  # tg8: the decode target
+    rounds_of = {n: sorted({s["round"] for s in doc["samples"] if s["rung"] == n}) for n in env}
+    assert rounds_of["floor"] == [0, 1, 2]
+    assert rounds_of["native_repack"] == rounds_of["control"] == list(range(8))
+    cell = stats.summarize_cell(doc, ["floor", "native_repack"], "control", "native_repack")
+    assert cell["steps"][0]["verdict"]["call"] == "faster"
 
 
 @pytest.mark.skipif(os.cpu_count() is None or os.cpu_count() < 2, reason="needs 2 CPUs")

@@ -166,7 +166,7 @@ def _cell_rounds(rng, effect, n, drift=0.05, noise=0.03):
 
 def _adaptive_cell(rng, effect, adaptive):
     """Run the stopping rule of bench.measure on simulated rounds; the final verdict."""
-    from ladder.bench import look_confidence, open_questions
+    from ladder.bench import look_confidence, looks, open_questions
 
     conf = look_confidence(0.95, adaptive)
     samples = []
@@ -174,7 +174,7 @@ def _adaptive_cell(rng, effect, adaptive):
         samples += _cell_rounds(rng, effect, 1)
         for s in samples[-4:]:
             s["round"] = n - 1
-        if n >= adaptive["min_rounds"] and not open_questions(
+        if n in looks(adaptive) and not open_questions(
                 samples, ["a", "b"], "control", "twin", conf, adaptive["target_floor"]):
             break
     cell = stats.summarize_cell({"quant": "q", "workload": "w", "threads": 1, "samples": samples,
@@ -187,7 +187,7 @@ def test_adaptive_stopping_keeps_the_false_call_rate():
     """Issue 18: a cell that stops as soon as it looks settled must not call more A/A
     differences than the nominal 5 %: the looks share the error rate (Bonferroni)."""
     rng = np.random.default_rng(3)
-    adaptive = {"min_rounds": 3, "max_rounds": 10, "target_floor": 0.05}
+    adaptive = {"min_rounds": 3, "max_rounds": 12, "target_floor": 0.05}
     calls = sum(_adaptive_cell(rng, 1.0, adaptive)[0] in ("faster", "slower")
                 for _ in range(600))
     assert calls / 600 <= 0.05, calls / 600
@@ -199,3 +199,21 @@ def test_a_large_step_settles_early():
     results = [_adaptive_cell(rng, 20.0, adaptive) for _ in range(50)]
     assert all(call == "faster" for call, _ in results)
     assert np.median([n for _, n in results]) <= 4  # a 20x step needs few rounds
+
+
+def test_the_round_statistic_takes_a_rounds_repetitions():
+    """-r 3: every repetition is a sample; a round is their mean, median or best (the fastest),
+    as the cell records."""
+    s = [sample("a", 0, v, rep=i) for i, v in enumerate([10, 12, 20])] + \
+        [sample("b", 0, v, rep=i) for i, v in enumerate([20, 22, 24])]
+    assert stats.paired_ratios(s, "a", "b") == pytest.approx([22 / 14])
+    assert stats.paired_ratios(s, "a", "b", "median") == pytest.approx([22 / 12])
+    assert stats.paired_ratios(s, "a", "b", "best") == pytest.approx([24 / 20])
+    doc = {"quant": "q4_0", "workload": "tg64", "threads": 2, "round_statistic": "best",
+           "samples": s + [sample(r, 1, v) for r, v in (("a", 11), ("b", 23))]}
+    cell = stats.summarize_cell(doc, ["a", "b"], None, None)
+    assert cell["round_statistic"] == "best"
+    assert cell["rungs"]["a"]["round_means"] == [20, 11]
+    assert cell["steps"][0]["ratio"]["per_round"] == pytest.approx([24 / 20, 23 / 11])
+    with pytest.raises(LadderError, match="round_statistic 'fastest'"):
+        stats.summarize_cell({**doc, "round_statistic": "fastest"}, ["a", "b"], None, None)

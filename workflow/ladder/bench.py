@@ -93,36 +93,67 @@ def disturbed(machine: Mapping[str, float], limits: Mapping[str, Any]) -> str | 
     return None
 
 
-DEFAULT_ADAPTIVE = {"enabled": False, "min_rounds": 3, "max_rounds": 10, "budget_s": 1200,
+DEFAULT_ADAPTIVE = {"enabled": False, "min_rounds": 3, "max_rounds": 12, "budget_s": 1200,
                     "target_floor": 0.05}
+LOOK_GROWTH = 1.5  # looks at 3, 5, 8, 12 rounds: few looks, so each keeps more confidence
+
+
+def looks(adaptive: Mapping[str, Any]) -> list[int]:
+    """The measured-round counts after which an adaptive cell looks at its data: from
+    ``min_rounds``, each about 1.5 times the last, and ``max_rounds`` last. Fewer looks than one
+    per round cost less confidence each (the Bonferroni split below), so the intervals stay
+    narrower at the same guarantee."""
+    lo, hi = int(adaptive["min_rounds"]), int(adaptive["max_rounds"])
+    out = [lo]
+    while out[-1] < hi:
+        out.append(min(hi, max(out[-1] + 1, int(out[-1] * LOOK_GROWTH + 0.5))))
+    return out
 
 
 def look_confidence(confidence: float, adaptive: Mapping[str, Any]) -> float:
     """The per-look confidence of an adaptive cell: a Bonferroni split of 1 - confidence over
     every look the stopping rule may take, so stopping when the data look settled cannot raise
     the false-call rate above the nominal level (tests/test_stats.py simulates it)."""
-    looks = max(1, int(adaptive["max_rounds"]) - int(adaptive["min_rounds"]) + 1)
-    return 1 - (1 - confidence) / looks
+    return 1 - (1 - confidence) / len(looks(adaptive))
+
+
+def phase_of(workload: Mapping[str, Any]) -> str:
+    """decode for a pure generation workload (tgN, tgN at depth), else prefill."""
+    return "decode" if workload.get("n_gen") and not workload.get("n_prompt") else "prefill"
+
+
+def target_floor(adaptive: Mapping[str, Any], workload: Mapping[str, Any]) -> float:
+    """The floor an adaptive cell must reach: one number, or one per phase."""
+    t = adaptive["target_floor"]
+    return float(t[phase_of(workload)] if isinstance(t, Mapping) else t)
+
+
+def open_comparisons(samples: Sequence[Mapping[str, Any]], ladder: Sequence[str],
+                     control: str | None, twin: str | None, confidence: float,
+                     target: float, statistic: str = "mean") -> list[tuple[str, set[str]]]:
+    """What a cell cannot answer yet (pure), each with the rungs that must keep running to
+    answer it: every comparison the report will judge (stats.comparisons) not yet called
+    faster, slower or within noise; a failed control check; a floor wider than ``target``."""
+    ct, floor, _ = stats.cell_floor(samples, control, twin, confidence, statistic)
+    passed = stats.control_check(ct)["passed"]
+    out: dict[str, set[str]] = {}
+    for _, base, other in stats.comparisons(ladder, {s["rung"] for s in samples}):
+        v = stats.verdict(stats.ratio_ci(stats.paired_ratios(samples, base, other, statistic),
+                                         confidence), floor, passed)
+        if v.call not in ("faster", "slower", "within noise"):
+            out.setdefault(f"{other} vs {base}: {v.call}", set()).update((base, other))
+    if control and twin and (floor is None or floor > target):
+        out["noise floor " + ("unknown" if floor is None else f"±{floor * 100:.1f} %")
+            + f" wider than ±{target * 100:.1f} %"] = {control, twin}
+    return list(out.items())
 
 
 def open_questions(samples: Sequence[Mapping[str, Any]], ladder: Sequence[str],
                    control: str | None, twin: str | None, confidence: float,
-                   target_floor: float) -> list[str]:
-    """What a cell cannot answer yet (pure): every comparison the report will judge
-    (stats.comparisons) not yet called faster, slower or within noise, a failed control check,
-    and a floor wider than the config asks."""
-    ct, floor, _ = stats.cell_floor(samples, control, twin, confidence)
-    passed = stats.control_check(ct)["passed"]
-    out = []
-    for _, base, other in stats.comparisons(ladder, {s["rung"] for s in samples}):
-        v = stats.verdict(stats.ratio_ci(stats.paired_ratios(samples, base, other), confidence),
-                          floor, passed)
-        if v.call not in ("faster", "slower", "within noise"):
-            out.append(f"{other} vs {base}: {v.call}")
-    if control and twin and (floor is None or floor > target_floor):
-        out.append("noise floor " + ("unknown" if floor is None else f"±{floor * 100:.1f} %")
-                   + f" wider than ±{target_floor * 100:.1f} %")
-    return list(dict.fromkeys(out))
+                   target_floor: float, statistic: str = "mean") -> list[str]:
+    """The open questions of ``open_comparisons``, as text."""
+    return [q for q, _ in open_comparisons(samples, ladder, control, twin, confidence,
+                                           target_floor, statistic)]
 
 
 def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], threads: int,
@@ -131,7 +162,7 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
             log: str, warmup_rounds: int = 1,
             disturbance: Mapping[str, Any] | None = None,
             adaptive: Mapping[str, Any] | None = None,
-            confidence: float = 0.95,
+            confidence: float = 0.95, round_statistic: str = "mean",
             identity: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Run ``warmup_rounds + rounds`` interleaved rounds; warmup-round samples are kept but
     flagged (``"warmup": true``) and never enter the statistics.
@@ -144,9 +175,12 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
 
     With ``adaptive.enabled`` the cell keeps adding measured rounds, from ``min_rounds`` up to
     ``max_rounds`` or ``budget_s``, until every comparison is settled (called, or within noise
-    with its whole interval) and the floor is as tight as ``target_floor``; its intervals then
-    use the per-look confidence (``look_confidence``), recorded in the cell."""
+    with its whole interval) and the floor is as tight as ``target_floor``. It looks at its data
+    only after the rounds ``looks`` lists, and its intervals use the per-look confidence
+    (``look_confidence``), recorded in the cell. At each look, a rung that no open comparison
+    needs any more is not run again (``stopped.retired``: the rung and the look)."""
     limits = {**DEFAULT_DISTURBANCE, **(disturbance or {})}
+    statistic = stats.round_statistic({"round_statistic": round_statistic})
     adapt = {**DEFAULT_ADAPTIVE, **(adaptive or {})}
     if adapt["enabled"]:
         rounds = int(adapt["max_rounds"])
@@ -229,11 +263,14 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
         return got, reasons
 
     stop: dict[str, Any] = {"why": "all planned rounds", "open": []}
+    look_at = set(looks(adapt)) if adapt["enabled"] else set()
+    tight = target_floor(adapt, workload)
+    retired: dict[str, int] = {}  # rungs whose every comparison settled: not run any more
     measure_start: float | None = None
     for rnd in range(planned):
         if rnd == warmup_rounds:
             measure_start = time.monotonic()
-        order, attempt = orders[rnd], 0
+        order, attempt = [n for n in orders[rnd] if n not in retired], 0
         while True:
             used_orders.append(order)
             got, reasons = one_round(rnd, attempt, order)
@@ -247,21 +284,32 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
                 unresolved.append(rnd)
                 break
             attempt += 1
-            order = next(spare, order)
+            order = [n for n in next(spare, order) if n not in retired]
         measured = rnd + 1 - warmup_rounds
-        if adapt["enabled"] and measured >= int(adapt["min_rounds"]):
+        if measured in look_at:
             clean = [s for s in samples if not s.get("warmup") and not s.get("disturbed")]
-            questions = open_questions(clean, ladder, control, twin, conf_look,
-                                       float(adapt["target_floor"]))
+            open_now = open_comparisons(clean, ladder, control, twin, conf_look, tight,
+                                        statistic)
+            questions = [q for q, _ in open_now]
             spent = time.monotonic() - (measure_start or time.monotonic())
             stop = {"why": "settled" if not questions else (
                 "time budget" if spent > float(adapt["budget_s"]) else "all planned rounds"),
                 "open": questions, "after_rounds": measured}
-            progress.step("look", measured, rounds, "settled" if not questions
-                          else "open: " + "; ".join(questions[:3]))
             if not questions or spent > float(adapt["budget_s"]):
+                progress.step("look", measured, rounds, "settled" if not questions
+                              else "out of time; open: " + "; ".join(questions[:3]))
                 rounds = measured
                 break
+            # comparisons that settled stop costing time: a rung no open question needs
+            # (e.g. the slow floor once every step from it is called) is not run again
+            needed = set().union(*(r for _, r in open_now))
+            for name in active:
+                if name not in needed and name not in retired:
+                    retired[name] = measured
+            progress.step("look", measured, rounds, "open: " + "; ".join(questions[:3])
+                          + (f" · settled, not run again: {', '.join(sorted(retired))}"
+                             if retired else ""))
+    stop["retired"] = retired
     with open(log, "a") as f:  # beside the progress lines the job's logger already wrote
         f.write("\n".join(log_lines) + "\n")
     doc = {
@@ -270,7 +318,8 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
         "format": FORMAT, "quant": quant, "workload": workload_name, "workload_spec": dict(workload),
         "threads": threads, "model": {k: model.get(k) for k in
                                        ("model", "quant", "sha256", "requantized", "size_bytes")},
-        "rounds": rounds, "warmup_rounds": warmup_rounds, "repetitions": reps, "seed": seed,
+        "rounds": rounds, "warmup_rounds": warmup_rounds, "repetitions": reps,
+        "round_statistic": statistic, "seed": seed,
         "order_seed": {"cell": cell, "seed": cell_seed(seed, cell)},
         "warmup": warmup,
         "orders": used_orders, "host": brief, "rungs": status, "samples": samples,

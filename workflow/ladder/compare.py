@@ -92,6 +92,9 @@ def _not_comparable(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
         why.append("model file")
     if (a.get("workload_spec") or {}) != (b.get("workload_spec") or {}):
         why.append("workload spec")
+    if a.get("round_statistic", "mean") != b.get("round_statistic", "mean") or \
+            a.get("repetitions", 1) != b.get("repetitions", 1):
+        why.append("round statistic (llama-bench repetitions and how a round is taken)")
     return why
 
 

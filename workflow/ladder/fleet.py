@@ -132,7 +132,8 @@ def _metadata(doc: Mapping[str, Any], cell: Mapping[str, Any]) -> dict[str, Any]
     """What must agree before two hosts' cells are compared."""
     return {"model_sha256": cell["model"].get("sha256"), "workload_spec": cell["workload_spec"],
             "source_id": doc["provenance"]["source"].get("source_id"),
-            "rounds": cell.get("rounds")}
+            "rounds": cell.get("rounds"),
+            "round_statistic": [cell.get("repetitions", 1), cell.get("round_statistic", "mean")]}
 
 
 def _host_entry(path: str, doc: Mapping[str, Any]) -> dict[str, Any]:

@@ -314,6 +314,12 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
         summary["rung_status"] = doc["rungs"]
         summary["rounds"] = doc["rounds"]
         summary["warmup_rounds"] = doc.get("warmup_rounds", 0)
+        summary["repetitions"] = doc.get("repetitions", 1)
+        stopped = (doc.get("adaptive") or {}).get("stopped")
+        summary["adaptive"] = None if stopped is None else {
+            "why": stopped.get("why"), "open": stopped.get("open") or [],
+            "retired": stopped.get("retired") or {},
+            "confidence_per_look": doc["adaptive"].get("confidence_per_look")}
         summary["seed"] = doc["seed"]
         summary["orders"] = doc["orders"]
         summary["workload_spec"] = doc["workload_spec"]
@@ -384,7 +390,8 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
             "ran_on": ran_on,
             "quantizer_build_key": plan.get("quantizer_build_key"),
             "models": model_docs,
-            "stats": dict(stats_cfg),
+            "stats": {**dict(stats_cfg), "method": stats.METHOD,
+                      "unpaired_method": stats.UNPAIRED_METHOD},
             "tools": tool_versions(),
         },
         "rungs": rungs,

@@ -54,17 +54,37 @@ class Verdict:
     resolving_power: float | None = None
 
 
-def per_round_means(samples: Iterable[Mapping[str, Any]], rung: str) -> dict[int, float]:
+# What one round of one rung is worth, from its process's llama-bench repetitions (-r): every
+# repetition is kept as a sample; the statistic is chosen by measurement
+# (measurements/round_statistic.py) and recorded in each cell ("round_statistic").
+ROUND_STATISTICS = {"mean": np.mean, "median": np.median, "best": np.max}
+
+
+def round_statistic(doc: Mapping[str, Any]) -> str:
+    """The statistic a cell was measured for (cells from before it was recorded: the mean)."""
+    name = str(doc.get("round_statistic") or "mean")
+    if name not in ROUND_STATISTICS:
+        raise LadderError(f"round_statistic {name!r}: not one of {sorted(ROUND_STATISTICS)}")
+    return name
+
+
+def per_round_means(samples: Iterable[Mapping[str, Any]], rung: str,
+                    statistic: str = "mean") -> dict[int, float]:
+    """One value per round for ``rung``: ``statistic`` (mean, median, or best = the fastest) of
+    that round's repetitions."""
     acc: dict[int, list[float]] = defaultdict(list)
     for s in samples:
         if s["rung"] == rung:
             acc[int(s["round"])].append(float(s["tokens_per_s"]))
-    return {r: float(np.mean(v)) for r, v in acc.items()}
+    f = ROUND_STATISTICS[statistic]
+    return {r: float(f(v)) for r, v in acc.items()}
 
 
-def paired_ratios(samples: Sequence[Mapping[str, Any]], base: str, other: str) -> list[float]:
+def paired_ratios(samples: Sequence[Mapping[str, Any]], base: str, other: str,
+                  statistic: str = "mean") -> list[float]:
     """other/base per round, over the rounds in which both were measured."""
-    a, b = per_round_means(samples, base), per_round_means(samples, other)
+    a = per_round_means(samples, base, statistic)
+    b = per_round_means(samples, other, statistic)
     return [b[r] / a[r] for r in sorted(set(a) & set(b)) if a[r] > 0]
 
 
@@ -209,7 +229,7 @@ def check_combinable(doc: Mapping[str, Any]) -> None:
 
 
 def rung_summary(samples: Sequence[Mapping[str, Any]], rung: str, confidence: float,
-                 resamples: int, seed: int) -> dict[str, Any]:
+                 resamples: int, seed: int, statistic: str = "mean") -> dict[str, Any]:
     vals = [float(s["tokens_per_s"]) for s in samples if s["rung"] == rung]
     if not vals:
         return {"n": 0}
@@ -220,9 +240,10 @@ def rung_summary(samples: Sequence[Mapping[str, Any]], rung: str, confidence: fl
                            "outliers": [i for i, f in enumerate(outlier_flags(vals)) if f],
                            "peak_rss_kib": max(int(s.get("peak_rss_kib") or 0)
                                                for s in samples if s["rung"] == rung),
-                           # per-round means, in round order: what a cross-host comparison uses
-                           "round_means": [m for _, m in sorted(per_round_means(samples,
-                                                                                rung).items())]}
+                           # per-round values (the cell's round statistic), in round order:
+                           # what a cross-host or cross-run comparison uses
+                           "round_means": [m for _, m in sorted(per_round_means(
+                               samples, rung, statistic).items())]}
     if len(vals) >= 2 and np.ptp(arr) > 0:
         res = sps.bootstrap((arr,), np.median, confidence_level=confidence,
                             n_resamples=resamples, method="percentile",
@@ -232,13 +253,14 @@ def rung_summary(samples: Sequence[Mapping[str, Any]], rung: str, confidence: fl
 
 
 def cell_floor(samples: Sequence[Mapping[str, Any]], control: str | None, twin: str | None,
-               confidence: float) -> tuple[RatioEstimate | None, float | None, float | None]:
+               confidence: float, statistic: str = "mean"
+               ) -> tuple[RatioEstimate | None, float | None, float | None]:
     """The cell's control/twin estimate, its noise floor and the largest single-round
     deviation (None each when the control or its twin was not measured)."""
     measured = {s["rung"] for s in samples}
     if not (control and twin and control in measured and twin in measured):
         return None, None, None
-    ct = paired_ratios(samples, twin, control)
+    ct = paired_ratios(samples, twin, control, statistic)
     est = ratio_ci(ct, confidence)
     return est, noise_floor(est), max_round_deviation(ct)
 
@@ -259,6 +281,7 @@ def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str |
     """Per-rung summaries, the noise floor, and step verdicts for one measured cell. An
     adaptive cell (bench.measure) is judged at the per-look confidence it stopped with."""
     confidence = float((doc.get("adaptive") or {}).get("confidence_per_look") or confidence)
+    statistic = round_statistic(doc)
     check_combinable(doc)
     # a disturbed attempt was measured again (bench.measure): its samples never count
     samples = [s for s in doc["samples"] if not s.get("warmup") and not s.get("disturbed")]
@@ -266,13 +289,13 @@ def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str |
     unresolved = list(dist.get("unresolved") or [])
     measured = {s["rung"] for s in samples}
     names = list(ladder) + ([control] if control else [])
-    rungs = {n: rung_summary(samples, n, confidence, resamples, seed) for n in names}
+    rungs = {n: rung_summary(samples, n, confidence, resamples, seed, statistic) for n in names}
 
-    floor_est, floor, max_dev = cell_floor(samples, control, twin, confidence)
+    floor_est, floor, max_dev = cell_floor(samples, control, twin, confidence, statistic)
     check = control_check(floor_est)
 
     def compare(base: str, other: str, kind: str) -> dict[str, Any]:
-        r = ratio_ci(paired_ratios(samples, base, other), confidence)
+        r = ratio_ci(paired_ratios(samples, base, other, statistic), confidence)
         v = verdict(r, floor, check["passed"])
         if unresolved and v.call in ("insufficient data", "within noise", "cannot tell"):
             # too few clean rounds, or no answer: the machine's fault, and said so
@@ -287,7 +310,7 @@ def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str |
     vs_floor = [c for c in judged if c["kind"] == "vs_floor"]
     return {
         "quant": doc["quant"], "workload": doc["workload"], "threads": doc["threads"],
-        "rungs": rungs,
+        "rungs": rungs, "round_statistic": statistic,
         "noise_floor": {"control": control, "twin": twin, "floor": floor,
                         "definition": "reach of the control/twin ratio's CI on the log scale: "
                                       "exp(max(|ln lo|, |ln hi|)) - 1",
