@@ -58,21 +58,35 @@ def test_unresolved_rounds_say_disturbed_never_within_noise():
     assert cell["disturbance"]["unresolved"] == [2]
 
 
-def _stand_in(tmp_path):
-    """A llama-bench stand-in that spins one CPU for 0.4 s and prints a real llama-bench JSON,
-    its provenance and a model record: what bench.measure needs to run rounds."""
+SPIN = ("import time, sys\nt = time.process_time()\n"
+        "while time.process_time() - t < 0.4: pass\n"
+        f"sys.stdout.write(open({str(FIX)!r}).read())\n")
+
+
+def _stand_in(tmp_path, body=SPIN):
+    """A llama-bench stand-in (by default: spins one CPU for 0.4 s and prints a real
+    llama-bench JSON), its provenance and a model record: what bench.measure needs to run
+    rounds."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
     fake = bindir / "llama-bench"
-    fake.write_text(f"#!{sys.executable}\nimport time, sys\nt = time.process_time()\n"
-                    "while time.process_time() - t < 0.4: pass\n"
-                    f"sys.stdout.write(open({str(FIX)!r}).read())\n")
+    fake.write_text(f"#!{sys.executable}\n{body}")
     fake.chmod(0o755)
     prov = tmp_path / "prov.json"
     prov.write_text(json.dumps({"status": "ok", "bin_dir": str(bindir), "build_key": "k"}))
     model = tmp_path / "model.json"
     model.write_text(json.dumps({"path": str(tmp_path / "m.gguf"), "model": "m", "quant": "Q4_0"}))
     return fake, prov, model
+
+
+def _adaptive_measure(tmp_path, prov, model, rungs, adaptive):
+    """bench.measure on a tg8 cell with adaptive rounds, disturbance checks off."""
+    return measure(quant="q4_0", workload_name="tg8", workload={"n_prompt": 0, "n_gen": 8},
+                   threads=2, rungs=rungs, model_meta=str(model), rounds=5, reps=1, seed=1,
+                   warmup=False, timeout_s=60, raw_dir=str(tmp_path / "raw"),
+                   out_json=str(tmp_path / "out.json"), log=str(tmp_path / "log"),
+                   warmup_rounds=0, disturbance={**LIMITS, "foreign_cpu_max": 1.0},
+                   adaptive={"enabled": True, **adaptive})
 
 
 def test_an_adaptive_cell_stops_when_settled(tmp_path):
@@ -82,13 +96,8 @@ def test_an_adaptive_cell_stops_when_settled(tmp_path):
     rungs = [{"name": n, "provenance": str(prov), "runtime": {}, "env": {}, "bench_argv": [],
               "twin_of": "native_repack" if n == "control" else None}
              for n in ("floor", "native_repack", "control")]
-    doc = measure(quant="q4_0", workload_name="tg8", workload={"n_prompt": 0, "n_gen": 8},
-                  threads=2, rungs=rungs, model_meta=str(model), rounds=5, reps=1, seed=1,
-                  warmup=False, timeout_s=60, raw_dir=str(tmp_path / "raw"),
-                  out_json=str(tmp_path / "out.json"), log=str(tmp_path / "log"),
-                  warmup_rounds=0, disturbance={**LIMITS, "foreign_cpu_max": 1.0},
-                  adaptive={"enabled": True, "min_rounds": 3, "max_rounds": 6,
-                            "target_floor": 0.05})
+    doc = _adaptive_measure(tmp_path, prov, model, rungs,
+                            {"min_rounds": 3, "max_rounds": 6, "target_floor": 0.05})
     assert doc["rounds"] == 3 and doc["adaptive"]["stopped"]["why"] == "settled"
     assert doc["adaptive"]["confidence_per_look"] == pytest.approx(1 - 0.05 / 3)  # 3, 5, 6
     assert {s["round"] for s in doc["samples"]} == {0, 1, 2}
@@ -101,30 +110,19 @@ def test_a_settled_rung_is_not_run_again(tmp_path):
     its step is called at the first look; the control wanders (±40 %), so the floor stays open
     and only the control and its twin run on. The stand-in scales the real JSON by SCALE and
     a JITTER drawn per process."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "llama-bench").write_text(
-        f"#!{sys.executable}\nimport json, os, random\nd = json.load(open({str(FIX)!r}))\n"
+    _, prov, model = _stand_in(tmp_path, (
+        f"import json, os, random\nd = json.load(open({str(FIX)!r}))\n"
         "f = float(os.environ['SCALE']) * (1 + random.uniform(-1, 1) * "
         "float(os.environ.get('JITTER', '0')))\n"
         "for r in d: r['samples_ts'] = [x * f for x in r['samples_ts']]\n"
-        "print(json.dumps(d))\n")
-    (bindir / "llama-bench").chmod(0o755)
-    prov = tmp_path / "prov.json"
-    prov.write_text(json.dumps({"status": "ok", "bin_dir": str(bindir), "build_key": "k"}))
-    (tmp_path / "m").mkdir()
-    _, _, model = _stand_in(tmp_path / "m")
+        "print(json.dumps(d))\n"))
     env = {"floor": {"SCALE": "0.05"}, "native_repack": {"SCALE": "1"},
            "control": {"SCALE": "1", "JITTER": "0.4"}}
     rungs = [{"name": n, "provenance": str(prov), "runtime": {}, "env": env[n], "bench_argv": [],
               "twin_of": "native_repack" if n == "control" else None} for n in env]
-    doc = measure(quant="q4_0", workload_name="tg8", workload={"n_prompt": 0, "n_gen": 8},
-                  threads=2, rungs=rungs, model_meta=str(model), rounds=5, reps=1, seed=1,
-                  warmup=False, timeout_s=60, raw_dir=str(tmp_path / "raw"),
-                  out_json=str(tmp_path / "out.json"), log=str(tmp_path / "log"),
-                  warmup_rounds=0, disturbance={**LIMITS, "foreign_cpu_max": 1.0},
-                  adaptive={"enabled": True, "min_rounds": 3, "max_rounds": 8,
-                            "target_floor": {"prefill": 0.01, "decode": 0.02}})
+    doc = _adaptive_measure(tmp_path, prov, model, rungs,
+                            {"min_rounds": 3, "max_rounds": 8,
+                             "target_floor": {"prefill": 0.01, "decode": 0.02}})
     stopped = doc["adaptive"]["stopped"]
     assert stopped["retired"] == {"floor": 3}, stopped
     assert doc["rounds"] == 8 and stopped["why"] == "all planned rounds"

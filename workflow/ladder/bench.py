@@ -180,7 +180,7 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
     (``look_confidence``), recorded in the cell. At each look, a rung that no open comparison
     needs any more is not run again (``stopped.retired``: the rung and the look)."""
     limits = {**DEFAULT_DISTURBANCE, **(disturbance or {})}
-    statistic = stats.round_statistic({"round_statistic": round_statistic})
+    statistic = stats.checked_statistic(round_statistic)
     adapt = {**DEFAULT_ADAPTIVE, **(adaptive or {})}
     if adapt["enabled"]:
         rounds = int(adapt["max_rounds"])

@@ -24,7 +24,8 @@ from ladder.machine import host_brief
 from ladder.errors import LadderError
 from ladder.io import atomic_write_json, atomic_write_text, read_json
 from ladder.counting import Method, choose_method, open_method  # noqa: F401 (re-exported)
-from ladder.kernels import Family, FamilySet, Probe, SymbolsError, load_families, plan_probes
+from ladder.kernels import (KINDS, Family, FamilySet, Probe, SymbolsError, load_families,
+                            plan_probes)
 from ladder.machine import host_arch, host_cpu_flags
 from ladder.run import diagnose_crash
 
@@ -63,7 +64,7 @@ def judge_cell(*, expected: Family | None, families: FamilySet,
     if expected is None:
         return out("NOT_APPLICABLE", "the rung declares no kernel family (recipe key 'family')")
     res = resolution.get(expected.name, {})
-    kinds = {k: v for k, v in res.items() if isinstance(v, Mapping)}  # dispatch, kernels
+    kinds = {k: res[k] for k in KINDS if k in res}  # beside them: variants_without_symbols
     matched = {k: v.get("matched", 0) for k, v in kinds.items()}
     if not any(matched.values()):
         pats = ", ".join(f"{k} {v.get('pattern')!r}" for k, v in kinds.items())

@@ -62,7 +62,10 @@ ROUND_STATISTICS = {"mean": np.mean, "median": np.median, "best": np.max}
 
 def round_statistic(doc: Mapping[str, Any]) -> str:
     """The statistic a cell was measured for (cells from before it was recorded: the mean)."""
-    name = str(doc.get("round_statistic") or "mean")
+    return checked_statistic(str(doc.get("round_statistic") or "mean"))
+
+
+def checked_statistic(name: str) -> str:
     if name not in ROUND_STATISTICS:
         raise LadderError(f"round_statistic {name!r}: not one of {sorted(ROUND_STATISTICS)}")
     return name
