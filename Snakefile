@@ -24,6 +24,7 @@ include: "workflow/rules/evidence.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/quality.smk"
 include: "workflow/rules/dispatch.smk"
+include: "workflow/rules/hotspots.smk"
 include: "workflow/rules/serving.smk"
 include: "workflow/rules/report.smk"
 

@@ -51,6 +51,13 @@ def dry_run(tmp_path: Path, override: dict, env: dict | None = None,
                  "cpus": 2, "instance": "c9g.nano"}]},
      "hosts[].instance: 'c9g.nano' is not in cost.prices"),
     ({"hosts": [{"name": "Bad-Name"}]}, "Bad-Name"),
+    ({"hotspots": {"workloads": {"prefill": "pp999"}}},
+     "hotspots.workloads.prefill: 'pp999' is not a workload of measure.workloads"),
+    ({"hotspots": {"workloads": {"decode": "pp128"}}},
+     "hotspots.workloads.decode: 'pp128' is a prefill workload"),
+    ({"build": {"targets": ["llama-bench", "llama-completion", "llama-perplexity",
+                            "llama-quantize", "llama-server", "llama-batched-bench"]}},
+     "kernel_tests needs test-quantize-fns, test-quantize-perf in build.targets"),
 ])
 def test_bad_config_is_named(tmp_path, override, expected):
     res = dry_run(tmp_path, override)

@@ -216,7 +216,9 @@ def test_the_emulated_lane_is_one_overlay(default_config):
     assert emu["quality"]["timeout_s"] == 1800 and real["quality"]["timeout_s"] == 1200
     differing = {k for k in real if real[k] != emu[k]}
     assert differing == {"throughput", "serving", "bandwidth", "quality", "dispatch",
-                         "dispatch_threads", "dispatch_toggle", "timeout_s"}
+                         "dispatch_threads", "dispatch_toggle", "timeout_s", "hotspots",
+                         "kernel_tests"}
+    assert real["hotspots"] and real["kernel_tests"]  # perf would sample QEMU: off
     plan_src = (Path(__file__).resolve().parents[1] / "workflow" / "ladder" /
                 "plan.py").read_text()
     # settings are read from the overlay; only the launcher (qemu) and labels know the lane

@@ -129,3 +129,19 @@ def test_the_aarch64_toggle_has_a_noise_floor_of_its_own(default_config):
     x86 = [p for p in _plan(default_config, "x86_64").serving_points()
            if p["experiment"] == "toggle"][0]
     assert x86["control"] == "control"  # native_repack's twin is the x86 control already
+
+
+def test_a_dispatch_toggle_is_a_job_of_its_own(default_config):
+    """The toggle's cells are swept by their own dispatch job (on an emulated host, beside the
+    rung's job on the other core), with the rung's build and evidence."""
+    default_config["dispatch"]["toggle"] = True
+    plan = _plan(default_config, "aarch64")
+    assert plan.dispatch_rungs() == ["floor", "native_repack", "kleidiai", "sme_off"]
+    unit = plan.dispatch_unit("sme_off")
+    assert unit["variant_of"] == "kleidiai" and unit["env"] == {"GGML_KLEIDIAI_SME": "0"}
+    assert unit["build_key"] == plan.build_keys["kleidiai"] and unit["family"] == "kleidiai"
+    assert plan.dispatch_base("sme_off") == "kleidiai"
+    assert plan.dispatch_base("kleidiai") == "kleidiai"
+    assert "toggles" not in plan.dispatch_unit("kleidiai")
+    with pytest.raises(LadderError, match="dispatch: 'control' is neither"):
+        plan.dispatch_unit("control")

@@ -93,6 +93,21 @@ def check_config(config: Mapping[str, Any], hosts: list[Host]) -> None:
         if (srv.get(exp) or {}).get("enabled") and tool not in targets:
             raise LadderError(f"serving.{exp} needs {tool}: add it to build.targets "
                               f"(or set serving.{exp}.enabled: false)")
+    kt = config.get("kernel_tests") or {}
+    if kt.get("enabled"):
+        need = [t for t in ("test-quantize-fns", "test-quantize-perf") if t not in targets]
+        tests_on = str((config["build"].get("common_cmake") or {}).get("LLAMA_BUILD_TESTS",
+                                                                       "OFF")).upper()
+        if need or tests_on not in {"ON", "1", "TRUE", "YES"}:
+            raise LadderError("kernel_tests needs " + (f"{', '.join(need)} in build.targets"
+                              if need else "") + (" and " if need and tests_on != "ON" else "")
+                              + ("build.common_cmake.LLAMA_BUILD_TESTS: ON" if tests_on not in
+                                 {"ON", "1", "TRUE", "YES"} else "")
+                              + " (or set kernel_tests.enabled: false)")
+    hot = config.get("hotspots") or {}
+    if hot.get("enabled"):
+        from ladder.hotspots import phase_workloads
+        phase_workloads(hot, config["measure"]["workloads"])
     if (srv.get("prefix_cache") or {}).get("enabled") and not quality.get("corpus"):
         raise LadderError("serving.prefix_cache takes its prefix from quality.corpus: set one")
     # an unknown instance fails now, not after the measurements

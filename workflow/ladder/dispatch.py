@@ -279,9 +279,9 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
     doc["method"] = method.name if method else None
     doc["method_note"] = why
     verbose = bool(expected and expected.sets)
-    # the rung as built, then each runtime toggle of the same binary (GGML_KLEIDIAI_SME=0):
-    # which kernels run with the vendor path's option off, cell by cell
-    runs = [dict(rung)] + [{**t, "toggles": []} for t in rung.get("toggles") or []]
+    # one job per rung as built, and one per runtime toggle of its binary (GGML_KLEIDIAI_SME=0:
+    # which kernels run with the vendor path's option off; plan.dispatch_unit)
+    runs = [dict(rung)]
     cells_spec = [(q, w, spec, t, r) for r in runs for q in quants
                   for w, spec in settings["workloads"].items() if spec for t in threads]
     inputs = {q: (read_json(m["model"]), read_json(m["evidence"]) if m.get("evidence") else {})

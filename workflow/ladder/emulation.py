@@ -77,6 +77,8 @@ def effective_settings(config: Mapping[str, Any], emulated: bool) -> dict[str, A
         "quality": quality, "dispatch": dispatch,
         "dispatch_threads": list(dispatch.get("threads") or []),
         "dispatch_toggle": bool(dispatch["toggle"]),
+        "hotspots": bool((config.get("hotspots") or {}).get("enabled", False)),
+        "kernel_tests": bool((config.get("kernel_tests") or {}).get("enabled", False)),
         "timeout_s": None,
     }
     if not emulated:
@@ -91,7 +93,7 @@ def effective_settings(config: Mapping[str, Any], emulated: bool) -> dict[str, A
     quality = {**quality, **(em.get("quality") or {})}
     quality["timeout_s"] = max(float(quality["timeout_s"]), timeout)
     out.update(quants=em.get("quants") or out["quants"], throughput=False, serving=False,
-               bandwidth=False, quality=quality, dispatch=dispatch,
+               bandwidth=False, hotspots=False, kernel_tests=False, quality=quality, dispatch=dispatch,
                dispatch_threads=list(emd.get("threads") or out["dispatch_threads"]),
                dispatch_toggle=bool(emd["toggle"]), timeout_s=timeout)
     return out

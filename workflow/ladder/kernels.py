@@ -53,6 +53,7 @@ class Family:
     shapes: Mapping[str, str] = field(default_factory=dict)
     sets: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     sme_variants: tuple[str, ...] = ()
+    time: str | None = None  # more symbols whose samples are the family's time (hotspots)
 
     def classify(self, symbol: str) -> dict[str, str | None]:
         """A kernel's operand (q4/q8/f32), shape (GEMM/GEMV) and ISA variant, by the family's
@@ -67,14 +68,47 @@ class Family:
 
 
 @dataclass(frozen=True)
+class TimeGroup:
+    """Where sampled time goes outside the kernel families (hotspots): attention, activation
+    quantization, threading, the OS kernel. Matched by symbol and/or shared object."""
+
+    name: str
+    description: str = ""
+    symbols: str | None = None
+    dso: str | None = None
+
+    def matches(self, symbol: str, dso: str) -> bool:
+        return bool((self.symbols and re.search(self.symbols, symbol))
+                    or (self.dso and re.search(self.dso, dso)))
+
+
+OTHER = "other"
+
+
+@dataclass(frozen=True)
 class FamilySet:
     arch: str
     library: str
     families: dict[str, Family]
     source: str
+    time_groups: dict[str, TimeGroup] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Family:
         return self.families[name]
+
+    def time_group_of(self, symbol: str, dso: str) -> str:
+        """The family (first match, in file order, on its kernels, dispatch or time regex) or
+        else the time group a sampled symbol's time belongs to; 'other' for the rest."""
+        for f in self.families.values():
+            if any(rx and re.search(rx, symbol) for rx in (f.kernels, f.dispatch, f.time)):
+                return f.name
+        for g in self.time_groups.values():
+            if g.matches(symbol, dso):
+                return g.name
+        return OTHER
+
+    def group_names(self) -> list[str]:
+        return [*self.families, *self.time_groups, OTHER]
 
 
 def load_families(arch: str, path: str | Path | None = None) -> FamilySet:
@@ -92,14 +126,14 @@ def load_families(arch: str, path: str | Path | None = None) -> FamilySet:
     for name, f in (spec.get("families") or {}).items():
         unknown = set(f) - {"dispatch", "kernels", "variants", "buffer", "host_flags",
                             "description", "show_flags", "operands", "shapes", "sets",
-                            "sme_variants"}
+                            "sme_variants", "time"}
         if unknown:
             raise LadderError(f"kernel families file {p}: {arch}.families.{name}: unknown keys "
                               f"{sorted(unknown)}")
         if not f.get("dispatch") and not f.get("kernels"):
             raise LadderError(f"kernel families file {p}: {arch}.families.{name} needs "
                               "'dispatch' or 'kernels'")
-        regexes = {k: f.get(k) for k in KINDS}
+        regexes = {k: f.get(k) for k in (*KINDS, "time")}
         for group in ("variants", "operands", "shapes"):
             regexes.update({f"{group}.{v}": rx for v, rx in (f.get(group) or {}).items()})
         for set_name, shapes in (f.get("sets") or {}).items():
@@ -124,9 +158,27 @@ def load_families(arch: str, path: str | Path | None = None) -> FamilySet:
                             operands=dict(f.get("operands") or {}),
                             shapes=dict(f.get("shapes") or {}),
                             sets={k: dict(v) for k, v in (f.get("sets") or {}).items()},
-                            sme_variants=tuple(f.get("sme_variants") or ()))
+                            sme_variants=tuple(f.get("sme_variants") or ()),
+                            time=f.get("time"))
+    groups: dict[str, TimeGroup] = {}
+    for name, g in (spec.get("time_groups") or {}).items():
+        unknown = set(g) - {"description", "symbols", "dso"}
+        if unknown or not (g.get("symbols") or g.get("dso")):
+            raise LadderError(f"kernel families file {p}: {arch}.time_groups.{name}: needs "
+                              f"'symbols' and/or 'dso' (unknown keys: {sorted(unknown)})")
+        if name in fams or name == OTHER:
+            raise LadderError(f"kernel families file {p}: {arch}.time_groups.{name}: the name "
+                              "is taken (a family's, or 'other')")
+        for key in ("symbols", "dso"):
+            try:
+                re.compile(g.get(key) or "")
+            except re.error as exc:
+                raise LadderError(f"kernel families file {p}: {arch}.time_groups.{name}.{key}: "
+                                  f"bad regex {g.get(key)!r}: {exc}") from exc
+        groups[name] = TimeGroup(name=name, description=g.get("description", ""),
+                                 symbols=g.get("symbols"), dso=g.get("dso"))
     return FamilySet(arch=arch, library=spec.get("library", "libggml-cpu.so"), families=fams,
-                     source=str(p))
+                     source=str(p), time_groups=groups)
 
 
 # --- symbols ------------------------------------------------------------------------------

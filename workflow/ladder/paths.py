@@ -21,6 +21,8 @@ RESULTS: dict[str, str] = {
     "bench": f"{HOST}/bench/{{model}}/{{quant}}/{{workload}}/t{{threads}}.json",
     "dispatch": f"{HOST}/dispatch/{{model}}/{{rung}}.json",
     "ledger": f"{HOST}/dispatch/ledger.json",
+    "hotspots": f"{HOST}/hotspots/{{model}}/{{quant}}/{{rung}}.json",
+    "kernel_tests": f"{HOST}/kernels/{{rung}}.json",
     "gate": f"{HOST}/dispatch/gate.ok",
     "serving_point": f"{HOST}/serving/{{experiment}}/{{model}}/{{point}}/t{{threads}}.json",
     "serving_prefix": f"{HOST}/serving/prefix_cache/{{model}}.json",

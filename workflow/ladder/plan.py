@@ -13,7 +13,7 @@ from ladder.errors import LadderError
 from ladder.hosts import Host
 from ladder.io import canonical_hash
 from ladder.kernels import load_families
-from ladder import emulation, serving
+from ladder import emulation, hotspots, kerneltests, serving
 from ladder.recipes import (
     Recipe,
     Rung,
@@ -242,10 +242,30 @@ class Plan:
         return bool((self.config.get("dispatch") or {}).get("enabled", False))
 
     def dispatch_rungs(self) -> list[str]:
-        """Applicable rungs but the control (the same build as its twin)."""
+        """Applicable rungs but the control (the same build as its twin), then each one's
+        runtime toggles: a job of their own (the same binary, swept beside the rung's job; on
+        an emulated host the two run on two cores at once)."""
         if not self.dispatch_enabled:
             return []
-        return [r.name for r in self.applicable if not r.twin_of]
+        base = [r.name for r in self.applicable if not r.twin_of]
+        return base + [t["name"] for b in base for t in self.dispatch_toggles(b)]
+
+    def dispatch_unit(self, name: str) -> dict[str, Any]:
+        """What one dispatch job sweeps: a rung as built, or a runtime toggle of one."""
+        for r in self.applicable:
+            if r.twin_of:
+                continue
+            if r.name == name:
+                return {**self.rung_summary(r), "family": r.family}
+            for t in self.dispatch_toggles(r.name):
+                if t["name"] == name:
+                    return dict(t)
+        raise LadderError(f"dispatch: {name!r} is neither a measured rung nor a runtime toggle "
+                          f"of one ({', '.join(self.dispatch_rungs())})")
+
+    def dispatch_base(self, name: str) -> str:
+        """The rung whose build and evidence a dispatch job uses (a toggle's: its rung's)."""
+        return str(self.dispatch_unit(name).get("variant_of") or name)
 
     def dispatch_threads(self) -> list[int]:
         return resolve_threads(self.settings["dispatch_threads"], self.facts.get("cores"))
@@ -272,6 +292,34 @@ class Plan:
     @property
     def bandwidth_enabled(self) -> bool:
         return bool(self.settings["bandwidth"])
+
+    # --- hotspots and kernel tests ----------------------------------------------------------
+    def _stage_reason(self, key: str, emulated_reason: str) -> str | None:
+        """Why a configured stage does not run on this host (None: it runs, or is off): the
+        lane's overlay turns it off on an emulated host."""
+        on = bool((self.config.get(key) or {}).get("enabled", False))
+        return emulated_reason if on and not self.settings[key] else None
+
+    def hotspot_rungs(self) -> list[str]:
+        """Applicable rungs but the control (the same build as its twin)."""
+        if not self.settings["hotspots"]:
+            return []
+        return [r.name for r in self.applicable if not r.twin_of]
+
+    def hotspot_threads(self) -> list[int]:
+        want = (self.config.get("hotspots") or {}).get("threads")
+        return resolve_threads(list(want), self.facts.get("cores")) if want else self.threads()
+
+    def hotspot_settings(self) -> dict[str, Any]:
+        return dict(self.config["hotspots"])
+
+    def kernel_test_rungs(self) -> list[str]:
+        if not self.settings["kernel_tests"]:
+            return []
+        return [r.name for r in self.applicable if not r.twin_of]
+
+    def kernel_test_settings(self) -> dict[str, Any]:
+        return dict(self.config["kernel_tests"])
 
     # --- serving levers ---------------------------------------------------------------------
     @property
@@ -374,4 +422,7 @@ class Plan:
             "serving_points": self.serving_points(),
             "cpu_identity": self.facts.get("identity"),
             "emulated": self.facts.get("emulated") if self.emulated else None,
+            "hotspots_unavailable": self._stage_reason("hotspots", hotspots.EMULATED_REASON),
+            "kernel_tests_unavailable": self._stage_reason("kernel_tests",
+                                                           kerneltests.EMULATED_REASON),
         }

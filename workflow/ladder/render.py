@@ -79,7 +79,8 @@ def render_all(doc_path: str | Path, out_dir: str | Path, workdir: str | Path = 
     fig_dir = out / "figures"
     figures = draw_all(doc, fig_dir)
     drawn = [*figures["ladder"].values(), *figures["prefill"], *figures["threads"],
-             figures["drift"], figures["roofline"], *figures["serving"].values()]
+             figures["drift"], figures["roofline"], *figures["serving"].values(),
+             *([figures["hotspots"]] if figures.get("hotspots") else [])]
     uris = {f["file"]: _data_uri(fig_dir / f["file"]) for f in drawn if f["file"]}
     link_base = os.path.relpath(Path(workdir).resolve(), out.resolve()) + "/"
     env = environment("" if link_base == "./" else link_base)

@@ -257,6 +257,84 @@ def dispatch_for(ledger_cells: Sequence[Mapping[str, Any]], rung: str, quant: st
                        f": gain not credited to {cell.get('family') or 'its mechanism'}")}
 
 
+LITTLE_TIME = 0.25  # a credited family holding less of the sampled time than this is said so
+
+
+def hotspot_section(plan: Mapping[str, Any], files: Sequence[str],
+                    missing: list[dict[str, str]]) -> dict[str, Any] | None:
+    """Every sampled cell (rung x quant x phase x threads), with what perf sampled per group."""
+    reason = plan.get("hotspots_unavailable")
+    if not files and not reason:
+        return None
+    docs = _load_all(files, missing)
+    groups: dict[str, str] = {}
+    cells = []
+    for d in docs:
+        groups.update(d.get("groups") or {})
+        for c in d.get("cells") or []:
+            cells.append({"rung": d["rung"], "raw_dir": d.get("raw_dir"), **c})
+    order = {n: i for i, n in enumerate(plan.get("ladder_order") or [])}
+    cells.sort(key=lambda c: (c["quant"], c["phase"] != "prefill", c["threads"],
+                              order.get(c["rung"], 99)))
+    meta = docs[0] if docs else {}
+    return {"unavailable": reason, "groups": groups, "cells": cells,
+            "frequency_hz": meta.get("frequency_hz"), "min_seconds": meta.get("min_seconds")}
+
+
+def time_share(hot: Mapping[str, Any] | None, ledger_cell: Mapping[str, Any]) -> dict[str, Any]:
+    """The ledger family's share of the sampled time in the matching hotspot cell."""
+    fam = ledger_cell.get("family")
+    if hot is None:
+        return {"share": None, "text": "hotspots off (hotspots.enabled)"}
+    if hot.get("unavailable"):
+        return {"share": None, "text": f"not sampled: {hot['unavailable']}"}
+    same = [c for c in hot["cells"] if c["rung"] == ledger_cell["rung"]
+            and c["quant"] == ledger_cell["quant"] and c["phase"] == ledger_cell.get("phase")]
+    exact = [c for c in same if c["threads"] == ledger_cell["threads"]]
+    if not exact:
+        at = ", ".join(sorted({f"t{c['threads']}" for c in same}))
+        return {"share": None, "text": f"not sampled at {ledger_cell['threads']} thread(s)"
+                                       + (f" (sampled at {at})" if at else "")}
+    c = exact[0]
+    if c.get("status") != "ok":
+        return {"share": None, "text": f"not sampled: {c.get('reason')}"}
+    share = float((c.get("groups") or {}).get(fam or "", 0.0))
+    text = f"{fam} {share * 100:.0f} % of the sampled time"
+    if ledger_cell.get("verdict") in CREDITED and share < LITTLE_TIME:
+        text += " (it ran, but most of the time went elsewhere)"
+    return {"share": round(share, 4), "text": text}
+
+
+def kernel_tests_section(plan: Mapping[str, Any], files: Sequence[str],
+                         missing: list[dict[str, str]]) -> dict[str, Any] | None:
+    reason = plan.get("kernel_tests_unavailable")
+    if not files and not reason:
+        return None
+    rungs = []
+    for d in _load_all(files, missing):
+        fns = d.get("fns") or {}
+        failed = [f"{c['type']} {c['test']} ({c['error']:g})" for c in fns.get("checks") or []
+                  if not c["ok"]]
+        rungs.append({**d, "failed_checks": failed})
+    order = {n: i for i, n in enumerate(plan.get("ladder_order") or [])}
+    rungs.sort(key=lambda r: order.get(r["rung"], 99))
+    return {"unavailable": reason, "rungs": rungs}
+
+
+def kernel_flag(kt: Mapping[str, Any] | None, rung: str) -> dict[str, Any] | None:
+    """A rung whose kernels fail ggml's correctness test, flagged beside its speedup."""
+    r = next((x for x in (kt or {}).get("rungs") or [] if x["rung"] == rung), None)
+    if r is None:
+        return None
+    fns = r.get("fns") or {}
+    if fns.get("status") != "ok":
+        return {"flag": False, "text": f"kernel tests not run: {fns.get('reason')}"}
+    if r["failed_checks"]:
+        return {"flag": True, "text": f"kernels fail ggml's test-quantize-fns: "
+                                      f"{', '.join(r['failed_checks'])}"}
+    return {"flag": False, "text": f"kernels pass test-quantize-fns ({fns['passed']} checks)"}
+
+
 def roofline(cell: Mapping[str, Any], bandwidth_gbps: float | None,
              peak_gflops: float | None) -> dict[str, Any]:
     """Decode: tokens/s as a share of bandwidth / model bytes (every weight read once per
@@ -289,7 +367,8 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
               report_cfg: Mapping[str, Any] | None = None,
               cost: Mapping[str, Any] | None = None, serving_points: Sequence[str] = (),
               serving_prefix: Sequence[str] = (),
-              serving_concurrency: Sequence[str] = ()) -> dict[str, Any]:
+              serving_concurrency: Sequence[str] = (), hotspots: Sequence[str] = (),
+              kernel_tests: Sequence[str] = ()) -> dict[str, Any]:
     missing: list[dict[str, str]] = []
     src = _load_first([source], missing) or {}
     host_doc = _load_first([host], missing) or {}
@@ -356,6 +435,10 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
     price, price_note = host_price(cost, (plan.get("host") or {}).get("instance"))
     ledger_doc = _load_first(ledger, missing)
     ledger_cells = ledger_doc["cells"] if ledger_doc else []
+    hot = hotspot_section(plan, hotspots, missing)
+    kt = kernel_tests_section(plan, kernel_tests, missing)
+    for lc in ledger_cells:
+        lc["time"] = time_share(hot, lc)
     rung_by_name = {r["name"]: r for r in rungs}
     for cell in cells:
         cell["roofline"] = roofline(cell, bw, peak)
@@ -369,6 +452,7 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
                                              cell["quant"], phase, cell["threads"],
                                              cell["workload"])
                                 if ledger_doc else None)
+            step["kernels"] = kernel_flag(kt, plan_twin(plan, step["rung"]))
             step["attribution"] = attribution(
                 step["verdict"]["call"],
                 evidence_by_quant.get(cell["quant"], {}).get(step["rung"]),
@@ -404,6 +488,8 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
         "reconciliation": thread_reconciliation(cells, plan["ladder_order"],
                                                 stats_cfg["confidence"]),
         "ledger": ledger_doc,
+        "hotspots": hot,
+        "kernel_tests": kt,
         "bandwidth": bw_doc,
         "peak_gflops": peak,
         "cost": {"price": price, "note": price_note,
@@ -468,7 +554,8 @@ def write_report(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], sourc
                  bandwidth: Sequence[str] = (), report_cfg: Mapping[str, Any] | None = None,
                  cost: Mapping[str, Any] | None = None, serving_points: Sequence[str] = (),
                  serving_prefix: Sequence[str] = (),
-                 serving_concurrency: Sequence[str] = ()) -> None:
+                 serving_concurrency: Sequence[str] = (), hotspots: Sequence[str] = (),
+                 kernel_tests: Sequence[str] = ()) -> None:
     """The report JSON, checked against workflow/schemas/report.schema.yaml before writing."""
     from ladder.render import validate
 
@@ -476,7 +563,8 @@ def write_report(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], sourc
                     models=models, evidence=evidence, bench=bench, quality=quality, ledger=ledger,
                     bandwidth=bandwidth, report_cfg=report_cfg, cost=cost,
                     serving_points=serving_points, serving_prefix=serving_prefix,
-                    serving_concurrency=serving_concurrency)
+                    serving_concurrency=serving_concurrency, hotspots=hotspots,
+                    kernel_tests=kernel_tests)
     doc["plan"] = dict(plan)
     validate(doc, out_json)
     atomic_write_json(out_json, doc)

@@ -311,6 +311,15 @@ def report_inputs(wildcards):
             [paths.result("bandwidth", host=host)] if plan.bandwidth_enabled else []
         ),
         "ledger": [paths.result("ledger", host=host)] if plan.dispatch_enabled else [],
+        "hotspots": [
+            paths.result("hotspots", host=host, model=m, quant=q, rung=r)
+            for m, q in plan.model_quants()
+            for r in plan.hotspot_rungs()
+        ],
+        "kernel_tests": [
+            paths.result("kernel_tests", host=host, rung=r)
+            for r in plan.kernel_test_rungs()
+        ],
         "gate": (
             [paths.result("gate", host=host)]
             if plan.dispatch_enabled and config["dispatch"]["must_dispatch"]
@@ -381,8 +390,9 @@ def dispatch_quants(wildcards):
 
 def dispatch_inputs(wildcards):
     plan = host_plan(wildcards.host)
+    base = plan.dispatch_base(wildcards.rung)  # a toggle runs its rung's binary
     inputs = {
-        "build": provenance(plan.build_keys[wildcards.rung]),
+        "build": provenance(plan.build_keys[base]),
         "families": families_file(),
     }
     for q in dispatch_quants(wildcards):
@@ -392,19 +402,13 @@ def dispatch_inputs(wildcards):
             host=wildcards.host,
             model=wildcards.model,
             quant=q,
-            rung=wildcards.rung,
+            rung=base,
         )
     return inputs
 
 
 def dispatch_rung(wildcards):
-    plan = host_plan(wildcards.host)
-    r = plan.rung(wildcards.rung)
-    return {
-        **plan.rung_summary(r),
-        "family": r.family,
-        "toggles": plan.dispatch_toggles(r.name),
-    }
+    return host_plan(wildcards.host).dispatch_unit(wildcards.rung)
 
 
 def dispatch_threads(wildcards):
@@ -417,6 +421,46 @@ def dispatch_settings(wildcards):
 
 def quality_settings(wildcards):
     return host_plan(wildcards.host).quality_settings()
+
+
+def hotspot_inputs(wildcards):
+    plan = host_plan(wildcards.host)
+    return {
+        "build": provenance(plan.build_keys[wildcards.rung]),
+        "model": model_meta(wildcards.model, wildcards.quant),
+        "families": families_file(),
+        # the bench cells' speeds set each sampled run's repetitions (hotspots.min_seconds)
+        "bench": [
+            paths.result(
+                "bench",
+                host=wildcards.host,
+                model=m,
+                quant=q,
+                workload=w,
+                threads=t,
+            )
+            for m, q, w, t in plan.cells()
+            if (m, q) == (wildcards.model, wildcards.quant)
+            and w in plan.hotspot_settings()["workloads"].values()
+            and t in plan.hotspot_threads()
+        ],
+    }
+
+
+def hotspot_settings(wildcards):
+    return host_plan(wildcards.host).hotspot_settings()
+
+
+def hotspot_threads(wildcards):
+    return host_plan(wildcards.host).hotspot_threads()
+
+
+def kernel_test_quants(wildcards):
+    return sorted({q for _, q in host_plan(wildcards.host).model_quants()})
+
+
+def kernel_test_settings(wildcards):
+    return host_plan(wildcards.host).kernel_test_settings()
 
 
 def ledger_inputs(wildcards):

@@ -13,7 +13,16 @@ rule host_report:
         stats=config["stats"],
         report=config["report"],
         cost=config["cost"],
-        code=code("report", "report", "stats", "evidence", "quality", "dispatch"),
+        code=code(
+            "report",
+            "report",
+            "stats",
+            "evidence",
+            "quality",
+            "dispatch",
+            "hotspots",
+            "kerneltests",
+        ),
     script:
         "../../scripts/report.py"
 
