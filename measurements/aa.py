@@ -95,9 +95,11 @@ def main() -> None:
         base = yaml.safe_load(Path(a.configfile).read_text())
         ov = work / "aa.yaml"
         ov.write_text(yaml.safe_dump(overlay(base, platform.machine(), a.rung), sort_keys=False))
-        argv = [str(ROOT / "ladder"), "run", "-d", str(work), "--configfile", a.configfile,
-                *[str(Path(o).resolve()) for o in a.overlay], str(ov), "--config", f"resources_dir={Path(a.resources).resolve()}",
-                *a.snakemake, "report", "--until", "bench"]
+        # the targets first: --configfile and --config take every value that follows them
+        argv = [str(ROOT / "ladder"), "run", "report", "--until", "bench", "-d", str(work),
+                *a.snakemake, "--configfile", a.configfile,
+                *[str(Path(o).resolve()) for o in a.overlay], str(ov),
+                "--config", f"resources_dir={Path(a.resources).resolve()}"]
         print("$", " ".join(argv), flush=True)
         start = time.monotonic()
         with open(work / "aa.log", "w") as log:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -100,3 +101,12 @@ def test_slurm_host_needs_the_slurm_profile(tmp_path):
     assert "host c7g is a slurm host (SLURM partition c7g), but this run uses the local " \
            "executor" in res.stdout + res.stderr
     assert not (tmp_path / "results" / "hosts" / "c7g").exists()  # nothing ran here for it
+
+
+def test_a_ladder_may_have_any_name(tmp_path):
+    """A ladder's kernel families are its host's arch's, whatever the ladder is called
+    (measurements/aa.py names its A/A ladder "aa")."""
+    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    mine = cfg["ladders"][platform.machine()]
+    res = dry_run(tmp_path, {"ladder": "mine", "ladders": {"mine": mine}})
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]

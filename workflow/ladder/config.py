@@ -55,13 +55,14 @@ def check_quants(config: Mapping[str, Any], quants: list[str] | None, key: str) 
         raise LadderError(f"{key}: {unknown} not produced by any model (known: {sorted(known)})")
 
 
-def check_dispatch(settings: Mapping[str, Any], rungs: list[Rung], arch: str) -> None:
+def check_dispatch(settings: Mapping[str, Any], rungs: list[Rung], arch: str,
+                   ladder: str | None = None) -> None:
     """Every workload is one phase; every rung's family exists in the families file."""
     check_phases(settings.get("workloads") or {}, "dispatch.workloads")
     fset = load_families(arch, settings.get("families_file"))
     for r in rungs:
         if r.family and r.family not in fset.families:
-            raise LadderError(f"ladders.{arch}.rungs[{r.name}].family: {r.family!r} is not a "
+            raise LadderError(f"ladders.{ladder or arch}.rungs[{r.name}].family: {r.family!r} is not a "
                               f"kernel family for {arch} in {fset.source} "
                               f"(known: {', '.join(fset.families)})")
 
@@ -70,12 +71,13 @@ def check_config(config: Mapping[str, Any], hosts: list[Host]) -> None:
     """Start-up checks that need no host facts: every host's ladder, quants, quality, prices."""
     from ladder.plan import ladder_of
 
-    for name in sorted({ladder_of(config, h, h.arch) for h in hosts}):
+    # a ladder's families are its hosts' arch's (a ladder may have any name: "aa", "mine")
+    for name, arch in sorted({(ladder_of(config, h, h.arch), h.arch) for h in hosts}):
         rungs = rungs_from_config(config, name)
         quantizer_recipe(config, name)
         dispatch = config.get("dispatch") or {}
         if dispatch.get("enabled"):
-            check_dispatch(dispatch, rungs, name)
+            check_dispatch(dispatch, rungs, arch, name)
     build_cfg = config["build"]
     missing = missing_tools(build_cfg.get("generator", "Ninja"), build_cfg.get("ccache", True))
     if missing:
