@@ -114,6 +114,20 @@ def test_hotspot_workloads_must_be_bench_workloads_of_their_phase():
         phase_workloads({"workloads": {"prefill": "pp32"}}, wl)
 
 
+def test_hotspot_workloads_default_to_the_benchs_largest_of_each_phase():
+    """A config that shrinks the bench's workloads (the resume test's pp16/tg16) samples what it
+    measures, without naming them again under hotspots."""
+    wl = {"pp32": {"n_prompt": 32}, "pp128": {"n_prompt": 128}, "tg64": {"n_gen": 64},
+          "tg16": {"n_gen": 16}, "pp512": None}
+    assert {p: w for p, (w, _) in phase_workloads({"workloads": None}, wl).items()} == {
+        "prefill": "pp128", "decode": "tg64"}
+    assert {p: w for p, (w, _) in phase_workloads({"workloads": {"prefill": "pp32"}},
+                                                  wl).items()} == {"prefill": "pp32",
+                                                                   "decode": "tg64"}
+    only = {"pp16": {"n_prompt": 16}}
+    assert list(phase_workloads({}, only)) == ["prefill"]
+
+
 def _hot(groups: dict, threads: int = 2, status: str = "ok") -> dict:
     return {"unavailable": None, "groups": {}, "cells": [
         {"rung": "native_repack", "quant": "q4_0", "phase": "prefill", "threads": threads,

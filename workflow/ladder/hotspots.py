@@ -165,13 +165,23 @@ def repetitions_for(bench_doc: Mapping[str, Any] | None, rung: str, spec: Mappin
 
 def phase_workloads(settings: Mapping[str, Any], workloads: Mapping[str, Any]
                     ) -> dict[str, tuple[str, Mapping[str, Any]]]:
-    """phase -> (workload name, spec) from hotspots.workloads (names of measure.workloads)."""
+    """phase -> (workload name, spec): hotspots.workloads names keys of measure.workloads; a
+    phase it leaves out (or all, when it is null) takes the bench's largest workload of that
+    phase, so a config that shrinks the bench's workloads samples what it measures."""
+    live = {w: s for w, s in workloads.items() if s}
+    named = dict(settings.get("workloads") or {})
+    for phase in ("prefill", "decode"):
+        if phase not in named:
+            same = sorted((int(s.get("n_prompt") or 0) + int(s.get("n_gen") or 0), w)
+                          for w, s in live.items() if phase_of(s) == phase)
+            if same:
+                named[phase] = same[-1][1]
     out = {}
-    for phase, name in (settings.get("workloads") or {}).items():
-        spec = workloads.get(name)
+    for phase, name in named.items():
+        spec = live.get(name)
         if not spec:
             raise LadderError(f"hotspots.workloads.{phase}: {name!r} is not a workload of "
-                              f"measure.workloads ({sorted(w for w, s in workloads.items() if s)})")
+                              f"measure.workloads ({sorted(live)})")
         if phase_of(spec) != phase:
             raise LadderError(f"hotspots.workloads.{phase}: {name!r} is a {phase_of(spec)} "
                               "workload")

@@ -311,7 +311,11 @@ class Plan:
         return resolve_threads(list(want), self.facts.get("cores")) if want else self.threads()
 
     def hotspot_settings(self) -> dict[str, Any]:
-        return dict(self.config["hotspots"])
+        """The hotspots settings with each phase's workload resolved to a bench workload."""
+        hot = dict(self.config["hotspots"])
+        hot["workloads"] = {p: w for p, (w, _) in hotspots.phase_workloads(
+            hot, self.config["measure"]["workloads"]).items()}
+        return hot
 
     def kernel_test_rungs(self) -> list[str]:
         if not self.settings["kernel_tests"]:
