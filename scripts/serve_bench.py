@@ -14,4 +14,5 @@ run_step(snakemake, lambda: measure(
     raw_dir=snakemake.output.raw, out_json=snakemake.output.samples, log=snakemake.log[0],
     warmup_rounds=0, disturbance=snakemake.params.disturbance,
     identity={"experiment": snakemake.wildcards.experiment, "point": snakemake.wildcards.point},
+    one_build=bool(snakemake.params.point.get("ladder")),
 ))

@@ -523,13 +523,37 @@ def test_serving_levers_in_the_report(report, run_dir):
     srv = report["serving"]
     ctx = {p["point"]: p for p in srv["context"]}
     assert set(ctx) == {"pp16", "pp64", "tg4_d0", "tg4_d64"}
-    for p in srv["context"] + srv["kv_cache"] + srv["ubatch"]:
+    for p in srv["context"]:
         rungs = p["cell"]["rungs"]
         assert rungs["floor"]["n"] == 3 and rungs["native_repack"]["median"] > 0
         assert rungs["floor"]["peak_rss_kib"] > 0  # memory per point, to rule pressure in or out
         assert p["cell"]["noise_floor"]["floor"] is not None
         assert all(s["verdict"]["call"] for s in p["cell"]["vs_floor"])
-    assert {p["x"] for p in srv["kv_cache"]} == {"f16", "q8_0"}
+    # the levers: each setting against the lever's baseline on one rung (never the floor)
+    levers = srv["kv_cache"] + srv["ubatch"]
+    assert "native_repack" in {p["base"] for p in levers}
+    assert "floor" not in {p["base"] for p in levers}
+    for p in levers:
+        rungs = p["cell"]["rungs"]
+        if p["base"] != "native_repack":  # the refused KleidiAI build, AMX: a status, no figure
+            assert not any(r.get("n") for r in rungs.values())
+            assert p["base"] in {u["rung"] for u in srv["unmeasured"]}
+            continue
+        assert rungs[p["baseline"]]["n"] == 3 and p["cell"]["noise_floor"]["floor"] is not None
+        assert {c["base"] for c in p["cell"]["vs_floor"]} == {p["baseline"]}
+        assert all(c["verdict"]["call"] for c in p["cell"]["vs_floor"])
+        assert all(m["peak_rss_mib"] > 0 for m in p["memory"])
+    kv = {p["workload"]: p for p in srv["kv_cache"] if p["base"] == "native_repack"}
+    assert set(kv) == {"pp32", "tg4_d32"}
+    assert [c["rung"] for c in kv["tg4_d32"]["cell"]["vs_floor"]] == ["q8_0"]
+    q8 = next((run_dir / HOST / "serving" / "kv_cache").glob(
+        "*/native_repack_tg4_d32/t*.raw/*-q8_0.stderr.log"))
+    assert "-ctk q8_0 -ctv q8_0 -fa 1" in q8.read_text().splitlines()[0]
+    (ub,) = [p for p in srv["ubatch"] if p["base"] == "native_repack"]
+    assert ub["baseline"] == "ub_default" and set(ub["cell"]["rungs"]) == {
+        "ub_default", "ub8", "ub32", "ub_default_twin"}
+    md = (run_dir / HOST / "report" / "ladder.md").read_text()
+    assert "every setting is judged against `f16` on that rung" in md
     # the toggle: one binary (native_repack), repack on vs off, at 1 and all threads
     tog = srv["toggle"]
     assert sorted(p["threads"] for p in tog) == sorted({1, os.cpu_count()})

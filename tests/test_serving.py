@@ -26,16 +26,81 @@ def test_points_are_one_llama_bench_test_each():
     assert names == [
         ("context", "pp512", 2), ("context", "pp1024", 2),
         ("context", "tg16_d0", 2), ("context", "tg16_d512", 2),
-        ("kv_cache", "f16_pp64", 2), ("kv_cache", "f16_tg16_d256", 2),
-        ("kv_cache", "q8_0_pp64", 2), ("kv_cache", "q8_0_tg16_d256", 2),
-        ("ubatch", "ub16_pp128", 2), ("ubatch", "ub128_pp128", 2),
+        ("kv_cache", "pp64", 2), ("kv_cache", "tg16_d256", 2),
+        ("ubatch", "pp128", 2),
         ("toggle", "pp64", 1), ("toggle", "pp64", 2),  # 'all' = 2 is listed once
     ]
     for p in pts:  # never both phases in one point: llama-bench would run two tests
         assert bool(p["spec"]["n_prompt"]) != bool(p["spec"]["n_gen"])
-    kv = next(p for p in pts if p["point"] == "q8_0_tg16_d256")
-    assert kv["spec"] == {"n_prompt": 0, "n_gen": 16, "n_depth": 256,
-                          "args": ["-ctk", "q8_0", "-ctv", "q8_0", "-fa", "1"]}
+    kv = next(p for p in pts if p["point"] == "tg16_d256")
+    assert kv["spec"] == {"n_prompt": 0, "n_gen": 16, "n_depth": 256}
+    assert kv["lever"] == {"baseline": "f16", "settings": {
+        "f16": ["-ctk", "f16", "-ctv", "f16", "-fa", "1"],
+        "q8_0": ["-ctk", "q8_0", "-ctv", "q8_0", "-fa", "1"]}}
+    ub = next(p for p in pts if p["experiment"] == "ubatch")
+    assert ub["lever"] == {"baseline": "ub_default", "settings": {
+        "ub_default": [], "ub16": ["-ub", "16"], "ub128": ["-ub", "128"]}}
+
+
+def test_a_lever_is_judged_on_one_rung_against_its_baseline(default_config):
+    """Issue 18, item 6: q8_0 KV against f16 KV on the same rung (not each rung against the
+    floor at q8_0): one job per lever rung and point, the settings as variants of that rung's
+    binary, and the baseline under a second label for the point's own noise floor."""
+    plan = _plan(default_config, "aarch64")
+    assert plan.lever_rungs() == ["native_repack", "kleidiai"]  # not the floor
+    kv = [p for p in plan.serving_points() if p["experiment"] == "kv_cache"]
+    assert [p["point"] for p in kv] == ["native_repack_pp64", "kleidiai_pp64",
+                                       "native_repack_tg16_d256", "kleidiai_tg16_d256"]
+    p = kv[1]
+    assert (p["base"], p["ladder"], p["twin"], p["control"]) == (
+        "kleidiai", ["f16", "q8_0", "q4_0"], "f16", "f16_twin")
+    rungs = plan.serving_rungs(p, lambda key: f"b/{key}.json")
+    assert [r["name"] for r in rungs] == ["f16", "q8_0", "q4_0", "f16_twin"]
+    key = plan.build_keys["kleidiai"]
+    assert {r["build_key"] for r in rungs} == {key}  # one build, four labels
+    assert rungs[1]["bench_argv"] == ["-ctk", "q8_0", "-ctv", "q8_0", "-fa", "1"]
+    assert rungs[3]["twin_of"] == "f16" and rungs[3]["bench_argv"] == rungs[0]["bench_argv"]
+    assert all(r.get("variant_of") == "kleidiai" for r in rungs[:3])
+    default_config["serving"]["lever_rungs"] = ["kleidiai"]
+    assert _plan(default_config, "aarch64").lever_rungs() == ["kleidiai"]
+    default_config["serving"]["lever_rungs"] = ["kleidiai"]  # not this x86 host's: no lever
+    assert _plan(default_config, "x86_64").lever_rungs() == []
+
+
+def _step(base, rung, est, lo, hi, call):
+    return {"base": base, "rung": rung, "ratio": {"estimate": est, "lo": lo, "hi": hi},
+            "verdict": {"call": call}}
+
+
+def test_the_context_sweep_says_where_an_advantage_shrinks_or_inverts():
+    from ladder.serving import advantage_along
+
+    def pts(*steps):
+        return [{"x": x, "cell": {"steps": [s]}} for x, s in steps]
+
+    shrink = advantage_along(pts((1024, _step("floor", "repack", 14.0, 13.0, 15.0, "faster")),
+                                 (512, _step("floor", "repack", 20.0, 19.0, 21.0, "faster"))),
+                             "prompt tokens")
+    assert shrink == ["`repack` over `floor`: 20.0x at 512, 14.0x at 1024; shrinks from 512 to "
+                      "1024 prompt tokens (the intervals do not overlap)."]
+    (flip,) = advantage_along(pts((32, _step("repack", "kleidiai", 1.10, 1.05, 1.15, "faster")),
+                                  (1024, _step("repack", "kleidiai", 0.9, 0.85, 0.95, "slower"))),
+                              "prompt tokens")
+    assert "inverts between 32 and 1024 prompt tokens" in flip
+    (same,) = advantage_along(pts((32, _step("a", "b", 1.10, 0.95, 1.25, "cannot tell")),
+                                  (64, _step("a", "b", 1.05, 0.9, 1.2, "cannot tell"))), "x")
+    assert "no change this run can show" in same
+
+
+def test_lever_memory_is_each_settings_peak_rss_against_the_baseline():
+    from ladder.serving import lever_memory
+
+    cell = {"rungs": {"f16": {"peak_rss_kib": 409600}, "q8_0": {"peak_rss_kib": 399360},
+                      "q4_0": {}}}
+    assert lever_memory(cell, ["f16", "q8_0", "q4_0"]) == [
+        {"setting": "f16", "peak_rss_mib": 400.0, "vs_baseline_mib": 0.0},
+        {"setting": "q8_0", "peak_rss_mib": 390.0, "vs_baseline_mib": -10.0},
+        {"setting": "q4_0", "peak_rss_mib": None, "vs_baseline_mib": None}]
 
 
 def test_disabled_experiments_have_no_points():

@@ -15,7 +15,7 @@ import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from ladder.serving import EXPERIMENTS  # noqa: E402
+from ladder.serving import EXPERIMENTS, LEVERS  # noqa: E402
 
 COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3"]
 
@@ -263,6 +263,45 @@ def serving_curve(doc: Mapping[str, Any], points: list[Mapping[str, Any]], fid: 
     return {"id": fid, "title": title, "file": _save(fig, out_dir, fid), "caption": caption}
 
 
+def lever_chart(points: list[Mapping[str, Any]], fid: str, title: str, xlabel: str,
+                out_dir: Path) -> dict[str, Any]:
+    """A lever on each rung: every setting's ratio to the lever's baseline on that rung, with
+    its interval; the grey band is that rung's own noise floor (its baseline measured twice)."""
+    settings = list(dict.fromkeys(
+        [p["baseline"] for p in points] + [c["rung"] for p in points for c in p["cell"]["vs_floor"]]))
+    if len(settings) < 2:
+        return {"id": fid, "title": title, "file": None,
+                "why_not": "no setting was measured beside the baseline"}
+    fig, ax = plt.subplots(figsize=(6.4, 3.3))
+    pos = list(range(len(settings)))
+    for i, p in enumerate(points):
+        by = {c["rung"]: c["ratio"] for c in p["cell"]["vs_floor"]}
+        ys, lo, hi = [], [], []
+        for n in settings:
+            r = {"estimate": 1.0, "lo": 1.0, "hi": 1.0} if n == p["baseline"] else by.get(n)
+            est = (r or {}).get("estimate")
+            ys.append(est if est else float("nan"))
+            lo.append(est - r["lo"] if est and r.get("lo") else 0.0)
+            hi.append(r["hi"] - est if est and r.get("hi") else 0.0)
+        off = (i - (len(points) - 1) / 2) * 0.08
+        color = COLORS[i % len(COLORS)]
+        ax.errorbar([x + off for x in pos], ys, yerr=[lo, hi], marker="o", capsize=3,
+                    color=color, label=p["base"])
+        band = (p["cell"]["noise_floor"] or {}).get("floor")
+        if band:
+            ax.axhspan(1 / (1 + band), 1 + band, color=color, alpha=0.08)
+    ax.axhline(1.0, color="#999999", linewidth=0.8)
+    ax.set_xticks(pos, settings)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("tokens/s vs the baseline")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.set_title(title, fontsize=10)
+    return {"id": fid, "title": title, "file": _save(fig, out_dir, fid),
+            "caption": "Each rung's settings against its own baseline (geometric mean of paired "
+                       "rounds, with the interval); shaded: that rung's noise floor band."}
+
+
 def serving_figures(doc: Mapping[str, Any], out: Path) -> dict[str, Any]:
     srv = doc.get("serving") or {}
     figs: dict[str, Any] = {}
@@ -271,6 +310,10 @@ def serving_figures(doc: Mapping[str, Any], out: Path) -> dict[str, Any]:
     for exp, phase, xlabel in axes:
         pts = [p for p in srv.get(exp) or [] if p.get("phase") == phase]
         if not pts:
+            continue
+        if exp in LEVERS:
+            figs[f"{exp}_{phase}"] = lever_chart(pts, f"serving_{exp}_{phase}",
+                                                 f"{exp.replace('_', ' ')}: {phase}", xlabel, out)
             continue
         pts.sort(key=lambda p: (isinstance(p["x"], str), p["x"]))
         figs[f"{exp}_{phase}"] = serving_curve(

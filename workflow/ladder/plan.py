@@ -336,8 +336,21 @@ class Plan:
         q = str(self.serving["quant"]).lower()
         return [(m, mq) for m, mq in self.model_quants() if mq == q]
 
+    def lever_rungs(self) -> list[str]:
+        """The rungs a lever (KV-cache type, micro-batch) is swept on: serving.lever_rungs, or
+        every applicable rung above the floor (the builds people run; the floor alone when the
+        ladder has nothing above it)."""
+        want = self.serving.get("lever_rungs")
+        names = [r.name for r in self.applicable if not r.twin_of]
+        if want is not None:  # names no ladder has are a start-up error (config.check_config)
+            return [n for n in names if n in want]
+        return names[1:] or names[:1]
+
     def serving_points(self) -> list[dict[str, Any]]:
-        """llama-bench points of the serving experiments (the toggle only where its rung runs)."""
+        """llama-bench points of the serving experiments (the toggle only where its rung runs;
+        a lever once per lever rung). A point that runs on one rung names its own ladder,
+        control and twin: the toggle's variant against its base, a lever's settings against
+        its baseline, each with a second label of that base for the noise floor."""
         if not self.settings["serving"]:
             return []
         pts = serving.bench_points(self.serving, max(self.threads()))
@@ -349,9 +362,20 @@ class Plan:
                     continue
                 # its own noise floor: the control when it is the toggled rung's twin, else a
                 # second label of the toggled rung itself, interleaved like the rest
-                p = {**p, "base": variant["rung"], "variant": variant["name"],
-                     "twin": variant["rung"], "control": self.toggle_control(variant["rung"])}
-            out.append(p)
+                out.append({**p, "base": variant["rung"], "variant": variant["name"],
+                            "ladder": [variant["rung"], variant["name"]],
+                            "twin": variant["rung"],
+                            "control": self.toggle_control(variant["rung"])})
+            elif p.get("lever"):
+                lever = p["lever"]
+                baseline = lever["baseline"]
+                for rung in self.lever_rungs():
+                    out.append({**p, "point": f"{rung}_{p['point']}", "workload": p["point"],
+                                "x": rung, "base": rung,
+                                "ladder": list(lever["settings"]), "twin": baseline,
+                                "control": f"{baseline}_twin"})
+            else:
+                out.append(p)
         return out
 
     def serving_point(self, experiment: str, point: str, threads: int) -> dict[str, Any]:
@@ -385,12 +409,24 @@ class Plan:
         return [self.rung_entry(r, provenance) for r in self.applicable]
 
     def serving_rungs(self, p: Mapping[str, Any], provenance: Any) -> list[dict[str, Any]]:
+        """The rung entries one serving point measures: every rung, or for a point on one rung
+        its variants of that rung's binary and the second label its floor comes from."""
         def entry(r: Rung) -> dict[str, Any]:
             return self.rung_entry(r, provenance)
 
-        if p["experiment"] != "toggle":
+        if p["experiment"] != "toggle" and not p.get("lever"):
             return self.rung_entries(provenance)
         base = self.rung(p["base"])
+        if p.get("lever"):
+            settings = p["lever"]["settings"]
+            out = [self.rung_entry(self.variant_rung(base, {"name": name, "runtime": {
+                "bench_args": [*base.runtime.bench_args, *args]}}), provenance, base.name)
+                for name, args in settings.items()]
+            baseline = self.variant_rung(base, {"name": p["twin"], "runtime": {
+                "bench_args": [*base.runtime.bench_args, *settings[p["twin"]]]}})
+            twin = replace(baseline, name=p["control"], twin_of=p["twin"],
+                           label=f"{baseline.label}, second label (noise floor)")
+            return out + [self.rung_entry(twin, provenance, base.name)]
         variant = serving.toggle_variant(self.serving, self.ladder_name) or {}
         out = [entry(base),
                self.rung_entry(self.variant_rung(base, variant), provenance, base.name)]

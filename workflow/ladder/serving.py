@@ -31,14 +31,18 @@ FORMAT = "ladder-serving/1"
 EXPERIMENTS: dict[str, dict[str, Any]] = {
     "context": {"title": "Context length: prefill at growing prompts, decode at depth",
                 "axes": {"prefill": "prompt tokens", "decode": "context depth (tokens)"}},
-    "kv_cache": {"title": "KV-cache type (flash attention on)",
+    "kv_cache": {"title": "KV-cache type (flash attention on), on each rung against its first type",
                  "axes": {"prefill": "KV cache type (flash attention on)",
-                          "decode": "KV cache type (flash attention on)"}},
-    "ubatch": {"title": "Micro-batch size (-ub)", "axes": {"prefill": "micro-batch (-ub)"}},
+                          "decode": "KV cache type (flash attention on)"},
+                 "lever": True},
+    "ubatch": {"title": "Micro-batch size (-ub), on each rung against the default",
+               "axes": {"prefill": "micro-batch (-ub)"}, "lever": True},
     "toggle": {"title": "Vendor/repack toggle across thread counts",
                "axes": {"prefill": "threads", "decode": "threads"}},
 }
 BENCH_EXPERIMENTS = tuple(EXPERIMENTS)
+# a lever is judged on one rung at a time: its settings against its baseline setting
+LEVERS = tuple(e for e, spec in EXPERIMENTS.items() if spec.get("lever"))
 
 
 # --- the points of the llama-bench experiments ---------------------------------------------------
@@ -57,23 +61,26 @@ def bench_points(cfg: Mapping[str, Any], threads_all: int) -> list[dict[str, Any
         for d in c["depths"]:
             add("context", f"tg{c['n_gen']}_d{d}", {"n_prompt": 0, "n_gen": c["n_gen"],
                                                      "n_depth": d}, threads_all, d, phase="decode")
+    # levers: one point per workload, expanded per lever rung by the plan (Plan.serving_points):
+    # the lever's settings are interleaved inside one job on that rung and judged against the
+    # lever's baseline setting, whose second label gives the point its own noise floor
     k = cfg.get("kv_cache") or {}
     if k.get("enabled"):
-        for t in k["types"]:
-            args = ["-ctk", t, "-ctv", t, "-fa", "1"]
-            add("kv_cache", f"{t}_pp{k['n_prompt']}", {"n_prompt": k["n_prompt"], "n_gen": 0,
-                                                       "args": args}, threads_all, t,
-                phase="prefill")
-            if k["n_gen"]:
-                add("kv_cache", f"{t}_tg{k['n_gen']}_d{k['depth']}",
-                    {"n_prompt": 0, "n_gen": k["n_gen"], "n_depth": k["depth"], "args": args},
-                    threads_all, t, phase="decode")
+        settings = {t: ["-ctk", t, "-ctv", t, "-fa", "1"] for t in k["types"]}
+        add("kv_cache", f"pp{k['n_prompt']}", {"n_prompt": k["n_prompt"], "n_gen": 0},
+            threads_all, f"pp{k['n_prompt']}", phase="prefill",
+            lever={"baseline": k["types"][0], "settings": settings})
+        if k["n_gen"]:
+            add("kv_cache", f"tg{k['n_gen']}_d{k['depth']}",
+                {"n_prompt": 0, "n_gen": k["n_gen"], "n_depth": k["depth"]}, threads_all,
+                f"tg{k['n_gen']}_d{k['depth']}", phase="decode",
+                lever={"baseline": k["types"][0], "settings": settings})
     u = cfg.get("ubatch") or {}
     if u.get("enabled"):
-        for size in u["sizes"]:
-            add("ubatch", f"ub{size}_pp{u['n_prompt']}",
-                {"n_prompt": u["n_prompt"], "n_gen": 0, "args": ["-ub", str(size)]},
-                threads_all, size, phase="prefill")
+        settings = {"ub_default": [], **{f"ub{n}": ["-ub", str(n)] for n in u["sizes"]}}
+        add("ubatch", f"pp{u['n_prompt']}", {"n_prompt": u["n_prompt"], "n_gen": 0},
+            threads_all, f"pp{u['n_prompt']}", phase="prefill",
+            lever={"baseline": "ub_default", "settings": settings})
     t = cfg.get("toggle") or {}
     if t.get("enabled"):
         spec = {"n_prompt": t["n_prompt"], "n_gen": t["n_gen"]}
@@ -265,16 +272,63 @@ def _summarize(doc: Mapping[str, Any], ladder: Sequence[str], control: str | Non
 
 def summarize_bench_point(doc: Mapping[str, Any], point: Mapping[str, Any],
                           plan: Mapping[str, Any], stats_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """One point's cell. A point on one rung (the toggle, a lever) is judged by its own ladder
+    against its own floor (its base setting measured twice); the others compare the rungs."""
     control, twin = plan.get("control"), plan.get("twin")
-    if point["experiment"] == "toggle":
-        ladder = [point["base"], point["variant"]]
-        # the toggle's own floor: its base rung measured twice (older plans: the ladder's)
+    ladder = plan["ladder_order"]
+    if point.get("ladder"):
+        ladder = list(point["ladder"])
         control, twin = point.get("control", control), point.get("twin", twin)
-    else:
-        ladder = plan["ladder_order"]
+    elif point["experiment"] == "toggle":  # older plans: base and variant only
+        ladder = [point["base"], point["variant"]]
     cell = _summarize(doc, ladder, control, twin, stats_cfg)
-    return {**{k: point[k] for k in ("experiment", "point", "x", "phase", "spec")},
-            "threads": doc["threads"], "cell": cell, "rung_status": doc["rungs"]}
+    out = {**{k: point[k] for k in ("experiment", "point", "x", "phase", "spec")},
+           "threads": doc["threads"], "cell": cell, "rung_status": doc["rungs"]}
+    if point.get("lever"):
+        out.update(base=point["base"], baseline=point["twin"], workload=point["workload"],
+                   memory=lever_memory(cell, ladder))
+    return out
+
+
+def lever_memory(cell: Mapping[str, Any], settings: Sequence[str]) -> list[dict[str, Any]]:
+    """Peak RSS of each lever setting's processes (rusage), and its difference from the
+    baseline's: what a KV-cache type or micro-batch saves, measured, not computed."""
+    rss = {n: (cell["rungs"].get(n) or {}).get("peak_rss_kib") for n in settings}
+    base = rss.get(settings[0]) if settings else None
+    return [{"setting": n, "peak_rss_mib": round(v / 1024, 1) if v else None,
+             "vs_baseline_mib": round((v - base) / 1024, 1) if v and base else None}
+            for n, v in rss.items()]
+
+
+def advantage_along(points: Sequence[Mapping[str, Any]], axis: str) -> list[str]:
+    """Along the context sweep's prompt lengths (or depths): each step's ratio at every point,
+    and whether its advantage shrinks, grows or inverts. A trend is stated only where the
+    intervals at the two ends do not overlap, an inversion only where both ends are called."""
+    pts = sorted(points, key=lambda p: p["x"])
+    pairs = list(dict.fromkeys((c["base"], c["rung"]) for p in pts for c in p["cell"]["steps"]))
+    out = []
+    for base, rung in pairs:
+        seen = [(p["x"], c) for p in pts for c in p["cell"]["steps"]
+                if (c["base"], c["rung"]) == (base, rung) and c["ratio"]["estimate"]]
+        if len(seen) < 2:
+            continue
+        (x0, first), (x1, last) = seen[0], seen[-1]
+        f, l_ = first["ratio"], last["ratio"]
+        values = ", ".join(f"{stats.fmt_ratio(c['ratio']['estimate'])} at {x}" for x, c in seen)
+        calls = {first["verdict"]["call"], last["verdict"]["call"]}
+        if calls == {"faster", "slower"}:
+            trend = f"inverts between {x0} and {x1} {axis}"
+        elif None in (f["lo"], f["hi"], l_["lo"], l_["hi"]):
+            trend = "no trend shown (too few rounds for intervals)"
+        elif l_["hi"] < f["lo"]:
+            trend = f"shrinks from {x0} to {x1} {axis} (the intervals do not overlap)"
+        elif l_["lo"] > f["hi"]:
+            trend = f"grows from {x0} to {x1} {axis} (the intervals do not overlap)"
+        else:
+            trend = (f"no change this run can show from {x0} to {x1} {axis} "
+                     "(the intervals overlap)")
+        out.append(f"`{rung}` over `{base}`: {values}; {trend}.")
+    return out
 
 
 def summarize_prefix(doc: Mapping[str, Any], plan: Mapping[str, Any],
@@ -404,6 +458,10 @@ def serving_section(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
             out["concurrency"] = summarize_concurrency(read_json(path), plan, stats_cfg)
         except LadderError as exc:
             missing.append({"file": path, "problem": str(exc)})
+    out["context_trend"] = {
+        phase: advantage_along([p for p in out["context"] if p.get("phase") == phase],
+                               EXPERIMENTS["context"]["axes"][phase])
+        for phase in ("prefill", "decode")}
     out["unmeasured"] = unmeasured_rungs(out)
     return out
 
@@ -425,7 +483,12 @@ def unmeasured_rungs(section: Mapping[str, Any]) -> list[dict[str, Any]]:
 
     for exp in BENCH_EXPERIMENTS:
         for p in section.get(exp) or []:
-            note(p.get("rung_status") or {}, f"{exp} {p['point']} t{p['threads']}")
+            status = p.get("rung_status") or {}
+            if p.get("baseline"):  # a lever's settings are labels of one rung: name the rung
+                first = next((st for st in status.values()
+                              if st.get("status") not in (None, "measured")), None)
+                status = {p["base"]: first} if first else {}
+            note(status, f"{exp} {p['point']} t{p['threads']}")
     for exp in ("prefix_cache", "concurrency"):
         if section.get(exp):
             note(section[exp].get("rung_status") or {}, exp)
