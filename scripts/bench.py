@@ -12,6 +12,7 @@ run_step(snakemake, lambda: measure(
     model_meta=snakemake.input.model, rounds=m["rounds"], reps=m["repetitions"],
     round_statistic=m["round_statistic"], seed=m["seed"],
     warmup=m["warmup"], timeout_s=m["timeout_s"], disturbance=m.get("disturbance"),
-    adaptive=m.get("adaptive"), confidence=snakemake.params.confidence, raw_dir=snakemake.output.raw,
+    adaptive=m.get("adaptive"), auto_repetitions=m.get("auto_repetitions"),
+    confidence=snakemake.params.confidence, raw_dir=snakemake.output.raw,
     out_json=snakemake.output.samples, log=snakemake.log[0], warmup_rounds=m["warmup_rounds"],
 ))

@@ -172,3 +172,61 @@ def test_a_disturbed_round_is_measured_again(tmp_path):
     # every attempt's raw output is kept
     assert list((tmp_path / "raw").glob("round00a1-*-floor.json"))
     assert len(doc["orders"]) == 3 + len(dist["remeasured"])
+
+
+def test_repetitions_are_calibrated_per_rung_from_the_warmup_round():
+    """Issue 18, item 3: -r by time (pyperf's loop calibration): a fast rung's round is the mean
+    of several repetitions, the slow floor's is its one long repetition, and a control and its
+    twin always get the same count (the floor pair must be taken alike)."""
+    from ladder.bench import calibrated_repetitions
+
+    def warm(rung, seconds):
+        return {"rung": rung, "warmup": True, "ns": int(seconds * 1e9)}
+
+    rungs = [{"name": "floor"}, {"name": "native_repack"},
+             {"name": "control", "twin_of": "native_repack"}, {"name": "crashed"}]
+    got = calibrated_repetitions(
+        [warm("floor", 4.7), warm("native_repack", 1.25), warm("control", 0.9),
+         {"rung": "floor", "warmup": False, "ns": 1}],  # measured rounds never calibrate
+        rungs, {"min_seconds": 3, "max": 5})
+    assert got == {"floor": 1, "native_repack": 4, "control": 4, "crashed": 1}
+    fast = calibrated_repetitions([warm("native_repack", 0.05)], rungs[1:2],
+                                  {"min_seconds": 3, "max": 5})
+    assert fast == {"native_repack": 5}
+
+
+def test_auto_repetitions_run_each_rungs_own_count(tmp_path):
+    """bench.measure with repetitions auto: the warmup round runs -r 1, then each rung its
+    calibrated count; every repetition is a sample, and the cell records the counts."""
+    _, prov, model = _stand_in(tmp_path, (
+        "import json, os, sys\nd = json.load(open(" + repr(str(FIX)) + "))\n"
+        "r = int(sys.argv[sys.argv.index('-r') + 1])\nns = int(float(os.environ['REP_S']) * 1e9)\n"
+        "for rec in d:\n    rec['samples_ns'] = [ns] * r\n"
+        "    rec['samples_ts'] = [8e9 / ns] * r\nprint(json.dumps(d))\n"))
+    env = {"floor": "4.0", "native_repack": "0.5", "control": "0.5"}
+    rungs = [{"name": n, "provenance": str(prov), "runtime": {}, "env": {"REP_S": env[n]},
+              "bench_argv": [], "twin_of": "native_repack" if n == "control" else None}
+             for n in env]
+    doc = measure(quant="q4_0", workload_name="tg8", workload={"n_prompt": 0, "n_gen": 8},
+                  threads=2, rungs=rungs, model_meta=str(model), rounds=2, reps="auto", seed=1,
+                  warmup=False, timeout_s=60, raw_dir=str(tmp_path / "raw"),
+                  out_json=str(tmp_path / "out.json"), log=str(tmp_path / "log"),
+                  warmup_rounds=1, disturbance={**LIMITS, "foreign_cpu_max": 1.0},
+                  auto_repetitions={"min_seconds": 2, "max": 5})
+    assert doc["repetitions"] == "auto" and doc["repetitions_by_rung"] == {
+        "floor": 1, "native_repack": 4, "control": 4}
+    clean = [s for s in doc["samples"] if not s["disturbed"]]  # this machine may be busy
+    per = {(s["rung"], s["round"]): 0 for s in clean}
+    for s in clean:
+        per[(s["rung"], s["round"])] += 1
+    assert per == {("floor", 0): 1, ("native_repack", 0): 1, ("control", 0): 1,
+                   ("floor", 1): 1, ("native_repack", 1): 4, ("control", 1): 4,
+                   ("floor", 2): 1, ("native_repack", 2): 4, ("control", 2): 4}
+    raw = next((tmp_path / "raw").glob("round01*-native_repack.stderr.log")).read_text()
+    assert " -r 4 " in raw.splitlines()[0]
+    with pytest.raises(Exception, match="auto takes the mean"):
+        measure(quant="q4_0", workload_name="tg8", workload={"n_gen": 8}, threads=2,
+                rungs=rungs, model_meta=str(model), rounds=2, reps="auto", seed=1,
+                warmup=False, timeout_s=60, raw_dir=str(tmp_path / "raw2"),
+                out_json=str(tmp_path / "o2.json"), log=str(tmp_path / "log2"),
+                round_statistic="best")

@@ -7,6 +7,7 @@ Every raw llama-bench JSON and stderr is kept; the samples file is derived from 
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import time
 from pathlib import Path
@@ -64,18 +65,24 @@ def built_rungs(rungs: Sequence[Mapping[str, Any]], where: str
     active: list[str] = []
     bins: dict[str, str] = {}
     for r in rungs:
-        prov = read_json(r["provenance"])
-        entry = {"build_key": prov.get("build_key"), "runtime": r["runtime"],
-                 "status": "measured", "reason": None}
-        if prov.get("status") != "ok":
-            entry.update(status=unbuilt_status(prov), reason=prov.get("reason"), log=prov.get("log"))
-        else:
-            bins[r["name"]] = prov["bin_dir"]
+        entry = build_status_entry(r)
+        if entry["status"] == "measured":
+            bins[r["name"]] = read_json(r["provenance"])["bin_dir"]
             active.append(r["name"])
         status[r["name"]] = entry
     if not active:
         raise LadderError(f"{where}: no rung built successfully")
     return active, status, bins
+
+
+def build_status_entry(rung: Mapping[str, Any]) -> dict[str, Any]:
+    """A rung's status entry from its build's provenance: measured (so far) when it built."""
+    prov = read_json(rung["provenance"])
+    entry = {"build_key": prov.get("build_key"), "runtime": rung["runtime"],
+             "status": "measured", "reason": None}
+    if prov.get("status") != "ok":
+        entry.update(status=unbuilt_status(prov), reason=prov.get("reason"), log=prov.get("log"))
+    return entry
 
 
 DEFAULT_DISTURBANCE = {"foreign_cpu_max": 0.10, "steal_max": 0.05, "max_remeasure": 3}
@@ -91,6 +98,33 @@ def disturbed(machine: Mapping[str, float], limits: Mapping[str, Any]) -> str | 
     if steal is not None and steal > limits["steal_max"]:
         return f"the hypervisor stole {steal * 100:.0f} % of the CPUs"
     return None
+
+
+DEFAULT_AUTO_REPETITIONS = {"min_seconds": 3.0, "max": 5}
+
+
+def calibrated_repetitions(samples: Sequence[Mapping[str, Any]], rungs: Sequence[Mapping[str, Any]],
+                           rule: Mapping[str, Any]) -> dict[str, int]:
+    """llama-bench -r per rung, from the warmup round's speed (pyperf calibrates its loops the
+    same way): enough repetitions that one process measures for ``min_seconds``, at most
+    ``max``. A fast rung's round becomes the mean of several repetitions (measured here: the
+    pair-ratio spread of pp128 fell from 5.2 % to 3.0 % with the mean of 5), while the slow floor,
+    whose single repetition already lasts seconds, is not run five times longer. A control and
+    its twin (one binary, the noise floor) always get the same count."""
+    seconds: dict[str, list[float]] = {}
+    for s in samples:
+        if s.get("warmup") and s.get("ns"):
+            seconds.setdefault(s["rung"], []).append(float(s["ns"]) / 1e9)
+    out = {}
+    for r in rungs:
+        got = sorted(seconds.get(r["name"]) or [])
+        rep_s = got[len(got) // 2] if got else None
+        out[r["name"]] = (max(1, min(int(rule["max"]), math.ceil(float(rule["min_seconds"]) / rep_s)))
+                          if rep_s else 1)
+    for r in rungs:
+        if r.get("twin_of") in out:
+            out[r["twin_of"]] = out[r["name"]] = max(out[r["twin_of"]], out[r["name"]])
+    return out
 
 
 DEFAULT_ADAPTIVE = {"enabled": False, "min_rounds": 3, "max_rounds": 12, "budget_s": 1200,
@@ -157,13 +191,15 @@ def open_questions(samples: Sequence[Mapping[str, Any]], ladder: Sequence[str],
 
 
 def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], threads: int,
-            rungs: Sequence[Mapping[str, Any]], model_meta: str, rounds: int, reps: int,
+            rungs: Sequence[Mapping[str, Any]], model_meta: str, rounds: int, reps: int | str,
             seed: int, warmup: bool, timeout_s: float, raw_dir: str, out_json: str,
             log: str, warmup_rounds: int = 1,
             disturbance: Mapping[str, Any] | None = None,
             adaptive: Mapping[str, Any] | None = None,
             confidence: float = 0.95, round_statistic: str = "mean",
-            identity: Mapping[str, Any] | None = None) -> dict[str, Any]:
+            identity: Mapping[str, Any] | None = None,
+            one_build: bool = False,
+            auto_repetitions: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Run ``warmup_rounds + rounds`` interleaved rounds; warmup-round samples are kept but
     flagged (``"warmup": true``) and never enter the statistics.
 
@@ -178,9 +214,25 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
     with its whole interval) and the floor is as tight as ``target_floor``. It looks at its data
     only after the rounds ``looks`` lists, and its intervals use the per-look confidence
     (``look_confidence``), recorded in the cell. At each look, a rung that no open comparison
-    needs any more is not run again (``stopped.retired``: the rung and the look)."""
+    needs any more is not run again (``stopped.retired``: the rung and the look).
+
+    ``reps="auto"``: each rung's llama-bench -r is calibrated from its warmup-round speed
+    (``calibrated_repetitions``, rule ``auto_repetitions``); warmup rounds run one repetition.
+
+    ``one_build``: every rung is one build's binary (a toggle, a lever's settings); when that
+    build failed or is not applicable, the cell is written with each rung's status and no
+    samples (the report names it), instead of failing the workflow."""
     limits = {**DEFAULT_DISTURBANCE, **(disturbance or {})}
     statistic = stats.checked_statistic(round_statistic)
+    auto = reps == "auto"
+    rep_rule = {**DEFAULT_AUTO_REPETITIONS, **(auto_repetitions or {})}
+    if auto and warmup_rounds < 1:
+        raise LadderError("measure.repetitions: auto calibrates each rung's repetitions from "
+                          "the warmup round; set measure.warmup_rounds to 1 or more")
+    if auto and statistic != "mean":
+        raise LadderError(f"measure.round_statistic: {statistic!r} with repetitions auto would "
+                          "compare a best (or median) of 5 with one of 1; auto takes the mean")
+    reps_by: dict[str, int] = {r["name"]: 1 if auto else int(reps) for r in rungs}
     adapt = {**DEFAULT_ADAPTIVE, **(adaptive or {})}
     if adapt["enabled"]:
         rounds = int(adapt["max_rounds"])
@@ -191,7 +243,13 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
     model = read_json(model_meta)
     raw = Path(raw_dir)
     raw.mkdir(parents=True, exist_ok=True)
-    active, status, bins = built_rungs(rungs, f"bench {quant}/{workload_name}/t{threads}")
+    try:
+        active, status, bins = built_rungs(rungs, f"bench {quant}/{workload_name}/t{threads}")
+    except LadderError:
+        if not one_build:
+            raise
+        active, bins = [], {}
+        status = {r["name"]: build_status_entry(r) for r in rungs}
     cell = f"{quant}/{workload_name}/t{threads}"
     planned = warmup_rounds + rounds
     # spare orders from the same seeded sequence, for re-measured rounds
@@ -215,8 +273,9 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
             if status[name]["status"] != "measured":
                 continue  # crashed earlier: a deterministic crash is not re-run every round
             r = by_name[name]
-            argv = bench_argv(bins[name], model["path"], workload, threads, reps, warmup,
-                              r["bench_argv"])
+            # before an auto calibration (the warmup round) every rung runs 1 repetition
+            argv = bench_argv(bins[name], model["path"], workload, threads, reps_by[name],
+                              warmup, r["bench_argv"])
             res = run(argv, env=r["env"], timeout_s=timeout_s)
             stem = raw / (f"round{rnd:02d}-{pos:02d}-{name}" if not attempt
                           else f"round{rnd:02d}a{attempt}-{pos:02d}-{name}")
@@ -270,6 +329,12 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
     for rnd in range(planned):
         if rnd == warmup_rounds:
             measure_start = time.monotonic()
+            if auto:
+                reps_by = calibrated_repetitions(samples, rungs, rep_rule)
+                progress.step("calibrated", 1, 1, "llama-bench -r " + ", ".join(
+                    f"{n} {k}" for n, k in reps_by.items()),
+                    f"(each process measures >= {rep_rule['min_seconds']:g} s, at most "
+                    f"{rep_rule['max']} repetitions)")
         order, attempt = [n for n in orders[rnd] if n not in retired], 0
         while True:
             used_orders.append(order)
@@ -319,6 +384,8 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
         "threads": threads, "model": {k: model.get(k) for k in
                                        ("model", "quant", "sha256", "requantized", "size_bytes")},
         "rounds": rounds, "warmup_rounds": warmup_rounds, "repetitions": reps,
+        "repetitions_by_rung": reps_by,
+        "auto_repetitions": rep_rule if auto else None,
         "round_statistic": statistic, "seed": seed,
         "order_seed": {"cell": cell, "seed": cell_seed(seed, cell)},
         "warmup": warmup,

@@ -72,8 +72,10 @@ def check_config(config: Mapping[str, Any], hosts: list[Host]) -> None:
     from ladder.plan import ladder_of
 
     # a ladder's families are its hosts' arch's (a ladder may have any name: "aa", "mine")
+    known: dict[str, list[str]] = {}
     for name, arch in sorted({(ladder_of(config, h, h.arch), h.arch) for h in hosts}):
         rungs = rungs_from_config(config, name)
+        known[name] = [r.name for r in rungs]
         quantizer_recipe(config, name)
         dispatch = config.get("dispatch") or {}
         if dispatch.get("enabled"):
@@ -86,10 +88,23 @@ def check_config(config: Mapping[str, Any], hosts: list[Host]) -> None:
             "(as root: apt-get install -y cmake ninja-build g++ ccache)"
         )
     check_quants(config, config["measure"].get("quants"), "measure.quants")
+    m = config["measure"]
+    if m.get("repetitions") == "auto":  # a start-up error, not one per bench job
+        if int(m.get("warmup_rounds", 1)) < 1:
+            raise LadderError("measure.repetitions: auto calibrates from the warmup round; "
+                              "set measure.warmup_rounds to 1 or more")
+        if m.get("round_statistic", "mean") != "mean":
+            raise LadderError(f"measure.round_statistic: {m['round_statistic']!r} with "
+                              "measure.repetitions auto would compare a best (or median) of "
+                              "several repetitions with one of one; auto takes the mean")
     quality = config.get("quality") or {}
     if quality.get("enabled"):
         check_settings(quality)
     srv = config.get("serving") or {}
+    unknown = [w for w in srv.get("lever_rungs") or [] if not any(w in k for k in known.values())]
+    if unknown:  # a fleet may name rungs of either arch's ladder: each host sweeps its own
+        raise LadderError(f"serving.lever_rungs: {unknown} not rungs of the "
+                          + " or ".join(f"{n} ladder ({', '.join(k)})" for n, k in known.items()))
     targets = set(config["build"].get("targets") or [])
     for exp, tool in (("prefix_cache", "llama-server"), ("concurrency", "llama-batched-bench")):
         if (srv.get(exp) or {}).get("enabled") and tool not in targets:

@@ -394,6 +394,9 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
         summary["rounds"] = doc["rounds"]
         summary["warmup_rounds"] = doc.get("warmup_rounds", 0)
         summary["repetitions"] = doc.get("repetitions", 1)
+        if doc.get("auto_repetitions"):  # calibrated per rung from the warmup round's speed
+            summary["repetitions_by_rung"] = doc.get("repetitions_by_rung")
+            summary["auto_repetitions"] = doc["auto_repetitions"]
         stopped = (doc.get("adaptive") or {}).get("stopped")
         summary["adaptive"] = None if stopped is None else {
             "why": stopped.get("why"), "open": stopped.get("open") or [],
