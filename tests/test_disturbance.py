@@ -85,7 +85,8 @@ def _adaptive_measure(tmp_path, prov, model, rungs, adaptive):
                    threads=2, rungs=rungs, model_meta=str(model), rounds=5, reps=1, seed=1,
                    warmup=False, timeout_s=60, raw_dir=str(tmp_path / "raw"),
                    out_json=str(tmp_path / "out.json"), log=str(tmp_path / "log"),
-                   warmup_rounds=0, disturbance={**LIMITS, "foreign_cpu_max": 1.0},
+                   warmup_rounds=0,
+                   disturbance={**LIMITS, "foreign_cpu_max": 1.0, "steal_max": 1.0},
                    adaptive={"enabled": True, **adaptive})
 
 
@@ -110,10 +111,16 @@ def test_a_settled_rung_is_not_run_again(tmp_path):
     its step is called at the first look; the control wanders (±40 %), so the floor stays open
     and only the control and its twin run on. The stand-in scales the real JSON by SCALE and
     a JITTER drawn per process."""
+    # the jitter is a fixed sequence, one draw per jittered process (counted in a file): the
+    # test is the same on every machine, busy or not
+    count = tmp_path / "count"
     _, prov, model = _stand_in(tmp_path, (
-        f"import json, os, random\nd = json.load(open({str(FIX)!r}))\n"
-        "f = float(os.environ['SCALE']) * (1 + random.uniform(-1, 1) * "
-        "float(os.environ.get('JITTER', '0')))\n"
+        f"import json, os\nd = json.load(open({str(FIX)!r}))\nj = 0.0\n"
+        "if os.environ.get('JITTER'):\n"
+        f"    c = int(open({str(count)!r}).read()) if os.path.exists({str(count)!r}) else 0\n"
+        f"    open({str(count)!r}, 'w').write(str(c + 1))\n"
+        "    j = [0.9, -0.8, 0.5, -0.6, 0.7, -0.9, 0.3, -0.4][c % 8] * float(os.environ['JITTER'])\n"
+        "f = float(os.environ['SCALE']) * (1 + j)\n"
         "for r in d: r['samples_ts'] = [x * f for x in r['samples_ts']]\n"
         "print(json.dumps(d))\n"))
     env = {"floor": {"SCALE": "0.05"}, "native_repack": {"SCALE": "1"},
