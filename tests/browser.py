@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
+import signal
 import shutil
 import subprocess
 import tempfile
@@ -66,12 +68,15 @@ def open_page(url: str, expression: str, screenshot: Path,
     exe = find_chromium()
     if exe is None:
         raise FileNotFoundError("no chromium on PATH (apt-get install chromium)")
-    with tempfile.TemporaryDirectory(prefix="ladder-chromium-") as profile:
+    # chromium's helper processes (crashpad, renderers) may still write to the profile while
+    # they die: the whole process group is killed, and a late file does not fail the test
+    with tempfile.TemporaryDirectory(prefix="ladder-chromium-",
+                                     ignore_cleanup_errors=True) as profile:
         proc = subprocess.Popen(
             [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
              "--disable-dev-shm-usage", f"--user-data-dir={profile}",
              "--remote-debugging-port=0", f"--window-size={width},{height}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             port = None
             deadline = time.monotonic() + 60
@@ -100,7 +105,10 @@ def open_page(url: str, expression: str, screenshot: Path,
             screenshot.write_bytes(base64.b64decode(shot["data"]))
             ws.close()
         finally:
-            proc.kill()
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             proc.wait()
     failed = []
     for e in page.events:

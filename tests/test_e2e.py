@@ -85,6 +85,17 @@ def test_every_sample_traces_to_a_raw_file(report, run_dir):
             dist["remeasured"]) - len(dist["unresolved"]) and doc["rounds"] == 4
         assert all(sorted(o) == sorted(orders[0]) for o in orders)
         assert {s["round"] for s in doc["samples"] if s["warmup"]} == {0}
+        # repetitions auto: calibrated from the warmup round, the floor's (slowest) count the
+        # smallest, the control's its twin's; every repetition is a sample
+        reps = doc["repetitions_by_rung"]
+        assert doc["repetitions"] == "auto" and reps["control"] == reps["native_repack"]
+        assert 1 <= reps["floor"] <= reps["native_repack"] <= 5, reps
+        clean = [s for s in doc["samples"] if not s["warmup"] and not s["disturbed"]]
+        for rung in ("floor", "native_repack"):
+            for rnd in {s["round"] for s in clean if s["rung"] == rung}:
+                assert sum(1 for s in clean if (s["rung"], s["round"]) == (rung, rnd)) == reps[
+                    rung]
+        assert all(s["rep"] == 0 for s in doc["samples"] if s["warmup"])
 
 
 def test_noise_floor_and_verdicts(report):

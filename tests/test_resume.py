@@ -37,6 +37,8 @@ def small_config(path: Path) -> Path:
                                        tg16={"n_prompt": 0, "n_gen": 16})
     cfg["quality"]["enabled"] = False
     cfg["dispatch"]["enabled"] = False
+    cfg["hotspots"] = {"enabled": False}
+    cfg["kernel_tests"] = {"enabled": False}
     cfg["report"]["bandwidth_probe"]["enabled"] = False
     cfg["serving"] = {k: {"enabled": False} for k in ("context", "kv_cache", "ubatch", "toggle",
                                                       "prefix_cache", "concurrency")}

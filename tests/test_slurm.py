@@ -39,9 +39,12 @@ def fleet_config(extra_hosts: list[dict] | None = None) -> dict:
     cfg["measure"]["threads"] = ["all"]
     cfg["measure"]["workloads"]["pp64"] = None
     cfg["dispatch"]["threads"] = ["all"]
-    # the serving levers are tested locally (test_e2e); here only the fleet path
+    # the serving levers, hotspots and kernel tests are tested locally (test_e2e); here only
+    # the fleet path
     cfg["serving"] = {k: {"enabled": False} for k in ("context", "kv_cache", "ubatch", "toggle",
                                                       "prefix_cache", "concurrency")}
+    cfg["hotspots"] = {"enabled": False}
+    cfg["kernel_tests"] = {"enabled": False}
     cfg["hosts"] = [{"name": h, "executor": "slurm", "arch": "x86_64", "partition": h,
                      "cpus": os.cpu_count(), "mem_mb": 4000} for h in HOSTS]
     cfg["hosts"] += extra_hosts or []
