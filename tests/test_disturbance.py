@@ -218,7 +218,8 @@ def test_auto_repetitions_run_each_rungs_own_count(tmp_path):
                   threads=2, rungs=rungs, model_meta=str(model), rounds=2, reps="auto", seed=1,
                   warmup=False, timeout_s=60, raw_dir=str(tmp_path / "raw"),
                   out_json=str(tmp_path / "out.json"), log=str(tmp_path / "log"),
-                  warmup_rounds=1, disturbance={**LIMITS, "foreign_cpu_max": 1.0},
+                  warmup_rounds=1,
+                  disturbance={**LIMITS, "foreign_cpu_max": 1.0, "steal_max": 1.0},
                   auto_repetitions={"min_seconds": 2, "max": 5})
     assert doc["repetitions"] == "auto" and doc["repetitions_by_rung"] == {
         "floor": 1, "native_repack": 4, "control": 4}

@@ -57,32 +57,41 @@ def bench_argv(bin_dir: str, model: str, workload: Mapping[str, Any], threads: i
     return argv + list(runtime_args)
 
 
-def built_rungs(rungs: Sequence[Mapping[str, Any]], where: str
+def built_rungs(rungs: Sequence[Mapping[str, Any]], where: str, none_ok: bool = False
                 ) -> tuple[list[str], dict[str, dict[str, Any]], dict[str, str]]:
     """The rungs whose build succeeded (names, in order), every rung's status entry, and the
-    bin dir of each built one; a failed build is a status, not an error, unless none built."""
+    bin dir of each built one; a failed build is a status, not an error, unless none built
+    (``none_ok``: then too, for a cell whose rungs are all one build's binary)."""
     status: dict[str, dict[str, Any]] = {}
     active: list[str] = []
     bins: dict[str, str] = {}
     for r in rungs:
-        entry = build_status_entry(r)
-        if entry["status"] == "measured":
-            bins[r["name"]] = read_json(r["provenance"])["bin_dir"]
+        prov = read_json(r["provenance"])
+        entry = {"build_key": prov.get("build_key"), "runtime": r["runtime"],
+                 "status": "measured", "reason": None}
+        if prov.get("status") != "ok":
+            entry.update(status=unbuilt_status(prov), reason=prov.get("reason"), log=prov.get("log"))
+        else:
+            bins[r["name"]] = prov["bin_dir"]
             active.append(r["name"])
         status[r["name"]] = entry
-    if not active:
+    if not active and not none_ok:
         raise LadderError(f"{where}: no rung built successfully")
     return active, status, bins
 
 
-def build_status_entry(rung: Mapping[str, Any]) -> dict[str, Any]:
-    """A rung's status entry from its build's provenance: measured (so far) when it built."""
-    prov = read_json(rung["provenance"])
-    entry = {"build_key": prov.get("build_key"), "runtime": rung["runtime"],
-             "status": "measured", "reason": None}
-    if prov.get("status") != "ok":
-        entry.update(status=unbuilt_status(prov), reason=prov.get("reason"), log=prov.get("log"))
-    return entry
+def check_repetitions(reps: int | str, warmup_rounds: int, statistic: str) -> None:
+    """repetitions auto calibrates from the warmup round and takes the mean (a best of 5 against
+    a best of 1 would be biased): at start-up (config.check_config) and per cell."""
+    if reps != "auto":
+        return
+    if warmup_rounds < 1:
+        raise LadderError("measure.repetitions: auto calibrates from the warmup round; "
+                          "set measure.warmup_rounds to 1 or more")
+    if statistic != "mean":
+        raise LadderError(f"measure.round_statistic: {statistic!r} with measure.repetitions "
+                          "auto would compare a best (or median) of several repetitions with one "
+                          "of one; auto takes the mean")
 
 
 DEFAULT_DISTURBANCE = {"foreign_cpu_max": 0.10, "steal_max": 0.05, "max_remeasure": 3}
@@ -224,14 +233,9 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
     samples (the report names it), instead of failing the workflow."""
     limits = {**DEFAULT_DISTURBANCE, **(disturbance or {})}
     statistic = stats.checked_statistic(round_statistic)
+    check_repetitions(reps, warmup_rounds, statistic)
     auto = reps == "auto"
     rep_rule = {**DEFAULT_AUTO_REPETITIONS, **(auto_repetitions or {})}
-    if auto and warmup_rounds < 1:
-        raise LadderError("measure.repetitions: auto calibrates each rung's repetitions from "
-                          "the warmup round; set measure.warmup_rounds to 1 or more")
-    if auto and statistic != "mean":
-        raise LadderError(f"measure.round_statistic: {statistic!r} with repetitions auto would "
-                          "compare a best (or median) of 5 with one of 1; auto takes the mean")
     reps_by: dict[str, int] = {r["name"]: 1 if auto else int(reps) for r in rungs}
     adapt = {**DEFAULT_ADAPTIVE, **(adaptive or {})}
     if adapt["enabled"]:
@@ -243,13 +247,8 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
     model = read_json(model_meta)
     raw = Path(raw_dir)
     raw.mkdir(parents=True, exist_ok=True)
-    try:
-        active, status, bins = built_rungs(rungs, f"bench {quant}/{workload_name}/t{threads}")
-    except LadderError:
-        if not one_build:
-            raise
-        active, bins = [], {}
-        status = {r["name"]: build_status_entry(r) for r in rungs}
+    active, status, bins = built_rungs(rungs, f"bench {quant}/{workload_name}/t{threads}",
+                                       none_ok=one_build)
     cell = f"{quant}/{workload_name}/t{threads}"
     planned = warmup_rounds + rounds
     # spare orders from the same seeded sequence, for re-measured rounds

@@ -12,6 +12,7 @@ import yaml
 from snakemake.utils import validate
 
 from ladder import emulation
+from ladder.bench import check_repetitions
 from ladder.build import missing_tools
 from ladder.cost import host_price
 from ladder.errors import LadderError
@@ -88,15 +89,9 @@ def check_config(config: Mapping[str, Any], hosts: list[Host]) -> None:
             "(as root: apt-get install -y cmake ninja-build g++ ccache)"
         )
     check_quants(config, config["measure"].get("quants"), "measure.quants")
-    m = config["measure"]
-    if m.get("repetitions") == "auto":  # a start-up error, not one per bench job
-        if int(m.get("warmup_rounds", 1)) < 1:
-            raise LadderError("measure.repetitions: auto calibrates from the warmup round; "
-                              "set measure.warmup_rounds to 1 or more")
-        if m.get("round_statistic", "mean") != "mean":
-            raise LadderError(f"measure.round_statistic: {m['round_statistic']!r} with "
-                              "measure.repetitions auto would compare a best (or median) of "
-                              "several repetitions with one of one; auto takes the mean")
+    m = config["measure"]  # a start-up error, not one per bench job
+    check_repetitions(m.get("repetitions", 1), int(m.get("warmup_rounds", 1)),
+                      str(m.get("round_statistic", "mean")))
     quality = config.get("quality") or {}
     if quality.get("enabled"):
         check_settings(quality)

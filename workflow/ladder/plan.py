@@ -418,15 +418,13 @@ class Plan:
             return self.rung_entries(provenance)
         base = self.rung(p["base"])
         if p.get("lever"):
-            settings = p["lever"]["settings"]
-            out = [self.rung_entry(self.variant_rung(base, {"name": name, "runtime": {
-                "bench_args": [*base.runtime.bench_args, *args]}}), provenance, base.name)
-                for name, args in settings.items()]
-            baseline = self.variant_rung(base, {"name": p["twin"], "runtime": {
-                "bench_args": [*base.runtime.bench_args, *settings[p["twin"]]]}})
+            variants = [self.variant_rung(base, {"name": name, "runtime": {
+                "bench_args": [*base.runtime.bench_args, *args]}})
+                for name, args in p["lever"]["settings"].items()]
+            baseline = next(v for v in variants if v.name == p["twin"])
             twin = replace(baseline, name=p["control"], twin_of=p["twin"],
                            label=f"{baseline.label}, second label (noise floor)")
-            return out + [self.rung_entry(twin, provenance, base.name)]
+            return [self.rung_entry(v, provenance, base.name) for v in [*variants, twin]]
         variant = serving.toggle_variant(self.serving, self.ladder_name) or {}
         out = [entry(base),
                self.rung_entry(self.variant_rung(base, variant), provenance, base.name)]

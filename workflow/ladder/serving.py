@@ -274,13 +274,9 @@ def summarize_bench_point(doc: Mapping[str, Any], point: Mapping[str, Any],
                           plan: Mapping[str, Any], stats_cfg: Mapping[str, Any]) -> dict[str, Any]:
     """One point's cell. A point on one rung (the toggle, a lever) is judged by its own ladder
     against its own floor (its base setting measured twice); the others compare the rungs."""
-    control, twin = plan.get("control"), plan.get("twin")
-    ladder = plan["ladder_order"]
+    ladder, control, twin = plan["ladder_order"], plan.get("control"), plan.get("twin")
     if point.get("ladder"):
-        ladder = list(point["ladder"])
-        control, twin = point.get("control", control), point.get("twin", twin)
-    elif point["experiment"] == "toggle":  # older plans: base and variant only
-        ladder = [point["base"], point["variant"]]
+        ladder, control, twin = list(point["ladder"]), point["control"], point["twin"]
     cell = _summarize(doc, ladder, control, twin, stats_cfg)
     out = {**{k: point[k] for k in ("experiment", "point", "x", "phase", "spec")},
            "threads": doc["threads"], "cell": cell, "rung_status": doc["rungs"]}

@@ -425,6 +425,8 @@ def quality_settings(wildcards):
 
 def hotspot_inputs(wildcards):
     plan = host_plan(wildcards.host)
+    sampled = set(plan.hotspot_settings()["workloads"].values())
+    threads = set(plan.hotspot_threads())
     return {
         "build": provenance(plan.build_keys[wildcards.rung]),
         "model": model_meta(wildcards.model, wildcards.quant),
@@ -441,8 +443,8 @@ def hotspot_inputs(wildcards):
             )
             for m, q, w, t in plan.cells()
             if (m, q) == (wildcards.model, wildcards.quant)
-            and w in plan.hotspot_settings()["workloads"].values()
-            and t in plan.hotspot_threads()
+            and w in sampled
+            and t in threads
         ],
     }
 
