@@ -11,6 +11,10 @@ rule build:
         "logs/build/{build_key}.log",
     benchmark:
         "benchmarks/build/{build_key}.tsv"
+    # builds first: every later job of every rung can then start as soon as a core is free
+    # (in the emulated lane the KleidiAI build waited 12 min behind lower rungs' jobs, and its
+    # dispatch, the longest job there, ran alone at the end)
+    priority: 10
     conda:
         "../../envs/ladder.yaml"
     threads: host_threads
