@@ -21,6 +21,9 @@ rule vendor_source:
         json=f"{R}/vendor/{{vendor}}/{{vendor_id}}/vendor.json",
     log:
         "logs/vendor/{vendor}.{vendor_id}.log",
+    # before every build (priority 10): a second's check, and the vendor rung's build waits for
+    # it; run later, it let 1-core jobs take the cores and the 2-core build waited 11 min
+    priority: 20
     conda:
         "../../envs/ladder.yaml"
     resources:
