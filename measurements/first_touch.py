@@ -12,17 +12,23 @@ and workload: the first repetition's seconds and its excess over the later ones,
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
+import sys
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "workflow"))
 
-def parse_workload(text: str) -> tuple[int, int]:
+from ladder import parse  # noqa: E402
+from ladder.bench import bench_argv  # noqa: E402
+
+
+def parse_workload(text: str) -> dict[str, int]:
     if text.startswith("pp"):
-        return int(text[2:]), 0
+        return {"n_prompt": int(text[2:]), "n_gen": 0}
     if text.startswith("tg"):
-        return 0, int(text[2:])
+        return {"n_prompt": 0, "n_gen": int(text[2:])}
     raise SystemExit(f"--workload {text}: expected ppN or tgN")
 
 
@@ -38,22 +44,20 @@ def main() -> None:
     bins = dict(b.split("=", 1) for b in a.bin)
     print(f"{'binary':<16}{'workload':<10}{'first rep s':>12}{'first/later':>13}  per process")
     for wl in a.workload or ["pp128"]:
-        n_prompt, n_gen = parse_workload(wl)
-        for _ in range(1):
-            for name, bin_dir in bins.items():
-                excess, firsts = [], []
-                for _p in range(a.processes):
-                    argv = [str(Path(bin_dir) / "llama-bench"), "-m", a.model, "-p", str(n_prompt),
-                            "-n", str(n_gen), "-t", str(a.threads), "-r", str(a.reps),
-                            "--no-warmup", "-o", "json"]
-                    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
-                    ns = json.loads(out)[0]["samples_ns"]
-                    first, later = ns[0] / 1e9, statistics.median(ns[1:]) / 1e9
-                    firsts.append(first)
-                    excess.append(first / later)
-                print(f"{name:<16}{wl:<10}{statistics.median(firsts):>12.3f}"
-                      f"{statistics.median(excess):>12.3f}x  "
-                      + " ".join(f"{x:.3f}" for x in excess), flush=True)
+        workload = parse_workload(wl)
+        for name, bin_dir in bins.items():
+            excess, firsts = [], []
+            for _ in range(a.processes):
+                # the bench's own command line, without llama-bench's warmup run
+                argv = bench_argv(bin_dir, a.model, workload, a.threads, a.reps, False, [])
+                out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+                ns = parse.bench_records(out, f"{name} {wl}")[0]["samples_ns"]
+                first, later = ns[0] / 1e9, statistics.median(ns[1:]) / 1e9
+                firsts.append(first)
+                excess.append(first / later)
+            print(f"{name:<16}{wl:<10}{statistics.median(firsts):>12.3f}"
+                  f"{statistics.median(excess):>12.3f}x  "
+                  + " ".join(f"{x:.3f}" for x in excess), flush=True)
 
 
 if __name__ == "__main__":
