@@ -15,4 +15,5 @@ run_step(snakemake, lambda: measure(
     adaptive=m.get("adaptive"), auto_repetitions=m.get("auto_repetitions"),
     confidence=snakemake.params.confidence, raw_dir=snakemake.output.raw,
     out_json=snakemake.output.samples, log=snakemake.log[0], warmup_rounds=m["warmup_rounds"],
+    own_cpus=snakemake.threads,  # the job's CPUs (a shared SLURM node: fewer than the node's)
 ))

@@ -15,4 +15,5 @@ run_step(snakemake, lambda: measure(
     warmup_rounds=0, disturbance=snakemake.params.disturbance,
     identity={"experiment": snakemake.wildcards.experiment, "point": snakemake.wildcards.point},
     one_build=bool(snakemake.params.point.get("ladder")),
+    own_cpus=snakemake.threads,  # the job's CPUs (a shared SLURM node: fewer than the node's)
 ))

@@ -42,6 +42,17 @@ def test_disturbed_names_why():
         "the hypervisor stole 20 % of the CPUs")
 
 
+
+def test_a_job_sharing_its_node_is_disturbed_only_beyond_the_cpus_it_was_not_given():
+    # a 1-CPU SLURM job on a 2-core node: another job on the other core (50 % of the node) is
+    # not taking this job's CPU; 75 % of the node is half of this job's one CPU
+    busy_other = {"foreign_cpu_share": 0.50, "steal_share": 0.0, "ncpu": 2}
+    assert disturbed(busy_other, LIMITS) == "other processes used 50 % of the CPUs"
+    assert disturbed(busy_other, LIMITS, own_cpus=1) is None
+    assert disturbed({**busy_other, "foreign_cpu_share": 0.75}, LIMITS, own_cpus=1) == (
+        "other processes used 50 % of the job's 1 CPUs")
+    assert disturbed(busy_other, LIMITS, own_cpus=2) == "other processes used 50 % of the CPUs"
+
 def test_unresolved_rounds_say_disturbed_never_within_noise():
     def s(rung, rnd, tps, bad=None):
         return {"rung": rung, "round": rnd, "tokens_per_s": tps, "build_key": rung,
@@ -141,6 +152,7 @@ def test_a_settled_rung_is_not_run_again(tmp_path):
     assert cell["steps"][0]["verdict"]["call"] == "faster"
 
 
+@pytest.mark.alone  # the hogs' disturbance must be the only one
 @pytest.mark.skipif(os.cpu_count() is None or os.cpu_count() < 2, reason="needs 2 CPUs")
 def test_a_disturbed_round_is_measured_again(tmp_path):
     fake, prov, model = _stand_in(tmp_path)

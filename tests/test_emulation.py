@@ -212,7 +212,7 @@ def test_the_emulated_lane_is_one_overlay(default_config):
     assert emu["dispatch"]["workloads"] == cfg["emulation"]["dispatch"]["workloads"]
     assert emu["dispatch_threads"] == [1, 2] and real["dispatch_threads"] == [1, "all"]
     assert emu["dispatch_toggle"] is True and real["dispatch_toggle"] is False
-    assert (emu["quality"]["ctx"], emu["quality"]["chunks"]) == (128, 2)
+    assert (emu["quality"]["ctx"], emu["quality"]["chunks"]) == (202, 1)
     assert emu["quality"]["timeout_s"] == 1800 and real["quality"]["timeout_s"] == 1200
     differing = {k for k in real if real[k] != emu[k]}
     assert differing == {"throughput", "serving", "bandwidth", "quality", "dispatch",

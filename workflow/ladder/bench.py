@@ -97,13 +97,24 @@ def check_repetitions(reps: int | str, warmup_rounds: int, statistic: str) -> No
 DEFAULT_DISTURBANCE = {"foreign_cpu_max": 0.10, "steal_max": 0.05, "max_remeasure": 3}
 
 
-def disturbed(machine: Mapping[str, float], limits: Mapping[str, Any]) -> str | None:
+def disturbed(machine: Mapping[str, float], limits: Mapping[str, Any],
+              own_cpus: int | None = None) -> str | None:
     """Why a run clearly did not get its CPUs (pure), or None: other processes used more than
-    ``foreign_cpu_max`` of the machine's CPU time over its wall time, or the hypervisor stole
-    more than ``steal_max``."""
+    ``foreign_cpu_max`` of the job's CPUs over its wall time, or the hypervisor stole more than
+    ``steal_max`` of the machine's.
+
+    ``own_cpus``: the CPUs the job was given when that is fewer than the machine's (a SLURM
+    job sharing its node): other jobs may use the rest, and only what they took beyond it came
+    out of this job's CPUs."""
     foreign, steal = machine.get("foreign_cpu_share"), machine.get("steal_share")
+    ncpu = int(machine.get("ncpu") or 0)
+    shared = foreign is not None and own_cpus and 0 < own_cpus < ncpu
+    if shared:
+        assert foreign is not None and own_cpus
+        foreign = round(max(0.0, foreign * ncpu - (ncpu - own_cpus)) / own_cpus, 4)
     if foreign is not None and foreign > limits["foreign_cpu_max"]:
-        return f"other processes used {foreign * 100:.0f} % of the CPUs"
+        return (f"other processes used {foreign * 100:.0f} % of the job's {own_cpus} CPUs"
+                if shared else f"other processes used {foreign * 100:.0f} % of the CPUs")
     if steal is not None and steal > limits["steal_max"]:
         return f"the hypervisor stole {steal * 100:.0f} % of the CPUs"
     return None
@@ -208,7 +219,8 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
             confidence: float = 0.95, round_statistic: str = "mean",
             identity: Mapping[str, Any] | None = None,
             one_build: bool = False,
-            auto_repetitions: Mapping[str, Any] | None = None) -> dict[str, Any]:
+            auto_repetitions: Mapping[str, Any] | None = None,
+            own_cpus: int | None = None) -> dict[str, Any]:
     """Run ``warmup_rounds + rounds`` interleaved rounds; warmup-round samples are kept but
     flagged (``"warmup": true``) and never enter the statistics.
 
@@ -227,6 +239,8 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
 
     ``reps="auto"``: each rung's llama-bench -r is calibrated from its warmup-round speed
     (``calibrated_repetitions``, rule ``auto_repetitions``); warmup rounds run one repetition.
+
+    ``own_cpus``: the job's CPUs (``disturbed``: on a shared node others may use the rest).
 
     ``one_build``: every rung is one build's binary (a toggle, a lever's settings); when that
     build failed or is not applicable, the cell is written with each rung's status and no
@@ -281,7 +295,7 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
             atomic_write_text(f"{stem}.json", res.stdout)
             atomic_write_text(f"{stem}.stderr.log",
                               f"$ {' '.join(argv)}\n# env {r['env']}\n{res.stderr}")
-            why = disturbed(res.machine, limits)
+            why = disturbed(res.machine, limits, own_cpus)
             log_lines.append(f"round {rnd} attempt {attempt} pos {pos} {name}: "
                              f"rc={res.returncode} wall={res.wall_s:.2f}s "
                              f"cpu={res.cpu_s:.2f}s rss={res.peak_rss_kib}KiB "

@@ -143,6 +143,9 @@ def host_facts(host_name: str | None = None) -> dict[str, Any]:
         "arch": host_arch(),
         "cpu_model": cpu_model(),
         "cores": os.cpu_count(),
+        # the CPUs this process may run on (a cgroup or taskset narrows them; a SLURM node
+        # without task binding does not: Plan.threads_all caps them at the host's cpus)
+        "usable_cpus": len(os.sched_getaffinity(0)),
         "lscpu": cpu,
         "cpu_flags": sorted(host_cpu_flags()),
         "mem_total_kib": mem_total_kib(),

@@ -209,8 +209,19 @@ class Plan:
                     out.append((m, q.lower()))
         return out
 
+    @property
+    def threads_all(self) -> int | None:
+        """What 'all' threads means on this host: the CPUs its jobs get. The CPUs the facts job
+        could run on, capped by the host's ``cpus`` (what a SLURM job asks for: on a node shared
+        without task binding, every job sees all the node's cores, and two 1-CPU jobs each
+        running 2 threads disturb each other)."""
+        seen = self.facts.get("usable_cpus") or self.facts.get("cores")
+        if self.host.cpus and seen:
+            return min(int(seen), int(self.host.cpus))
+        return seen or self.host.cpus
+
     def threads(self) -> list[int]:
-        return resolve_threads(list(self.config["measure"]["threads"]), self.facts.get("cores"))
+        return resolve_threads(list(self.config["measure"]["threads"]), self.threads_all)
 
     def cells(self) -> list[tuple[str, str, str, int]]:
         if not self.settings["throughput"]:
@@ -268,7 +279,7 @@ class Plan:
         return str(self.dispatch_unit(name).get("variant_of") or name)
 
     def dispatch_threads(self) -> list[int]:
-        return resolve_threads(self.settings["dispatch_threads"], self.facts.get("cores"))
+        return resolve_threads(self.settings["dispatch_threads"], self.threads_all)
 
     def dispatch_toggles(self, rung: str) -> list[dict[str, Any]]:
         """Runtime toggles of one rung's binary swept as dispatch cells of their own: the
@@ -308,7 +319,7 @@ class Plan:
 
     def hotspot_threads(self) -> list[int]:
         want = (self.config.get("hotspots") or {}).get("threads")
-        return resolve_threads(list(want), self.facts.get("cores")) if want else self.threads()
+        return resolve_threads(list(want), self.threads_all) if want else self.threads()
 
     def hotspot_settings(self) -> dict[str, Any]:
         """The hotspots settings with each phase's workload resolved to a bench workload."""

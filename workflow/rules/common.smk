@@ -411,6 +411,15 @@ def dispatch_rung(wildcards):
     return host_plan(wildcards.host).dispatch_unit(wildcards.rung)
 
 
+def dispatch_priority(wildcards):
+    """A vendor library's dispatch jobs (its rung and runtime toggles) start first: the most
+    kernel symbols to translate and count, so the longest jobs (emulated, 2026-12-02: KleidiAI
+    468 s and its SME toggle 314 s; floor 114 s, native_repack 152 s). Started last, one ran
+    alone at the end while the other core idled."""
+    unit = host_plan(wildcards.host).dispatch_unit(wildcards.rung)
+    return 1 if (unit.get("recipe") or {}).get("vendor") else 0
+
+
 def dispatch_threads(wildcards):
     return host_plan(wildcards.host).dispatch_threads()
 

@@ -6,6 +6,7 @@ rule dispatch:
         raw=directory(paths.beside("dispatch", ".raw")),
     log:
         "logs/{host}/dispatch/{model}/{rung}.log",
+    priority: dispatch_priority
     conda:
         "../../envs/ladder.yaml"
     threads: run_threads
