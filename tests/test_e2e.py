@@ -82,7 +82,7 @@ def test_every_sample_traces_to_a_raw_file(report, run_dir):
         # one order per round, and one more per re-measured (disturbed) round
         dist = doc["disturbance"]
         assert len(orders) == doc["warmup_rounds"] + doc["rounds"] + len(
-            dist["remeasured"]) - len(dist["unresolved"]) and doc["rounds"] == 4
+            dist["remeasured"]) - len(dist["unresolved"]) and doc["rounds"] == 3
         assert all(sorted(o) == sorted(orders[0]) for o in orders)
         assert {s["round"] for s in doc["samples"] if s["warmup"]} == {0}
         # repetitions auto: calibrated from the warmup round, the floor's (slowest) count the
@@ -103,7 +103,7 @@ def test_noise_floor_and_verdicts(report):
         nf = cell["noise_floor"]
         # The floor must exist; how large it is depends on the machine, not on the workflow.
         assert nf["floor"] is not None and nf["floor"] >= 0
-        assert nf["control_vs_twin"]["n"] == 4
+        assert nf["control_vs_twin"]["n"] == 3
         for s in cell["steps"] + cell["vs_floor"]:
             v, r = s["verdict"], s["ratio"]
             if v["call"] in {"faster", "slower"}:  # called only beyond the floor, CI clear of 1
