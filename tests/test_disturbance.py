@@ -42,7 +42,6 @@ def test_disturbed_names_why():
         "the hypervisor stole 20 % of the CPUs")
 
 
-
 def test_a_job_sharing_its_node_is_disturbed_only_beyond_the_cpus_it_was_not_given():
     # a 1-CPU SLURM job on a 2-core node: another job on the other core (50 % of the node) is
     # not taking this job's CPU; 75 % of the node is half of this job's one CPU
@@ -52,6 +51,7 @@ def test_a_job_sharing_its_node_is_disturbed_only_beyond_the_cpus_it_was_not_giv
     assert disturbed({**busy_other, "foreign_cpu_share": 0.75}, LIMITS, own_cpus=1) == (
         "other processes used 50 % of the job's 1 CPUs")
     assert disturbed(busy_other, LIMITS, own_cpus=2) == "other processes used 50 % of the CPUs"
+
 
 def test_unresolved_rounds_say_disturbed_never_within_noise():
     def s(rung, rnd, tps, bad=None):

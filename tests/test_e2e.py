@@ -181,8 +181,9 @@ def test_the_console_shows_progress_and_the_answer(run_dir, report):
     if "Nothing to be done" in out:
         pytest.skip("LADDER_E2E_WORKDIR reused a finished run: nothing ran, nothing to show")
     assert re.search(r"^ladder: \d+ jobs planned, \d+ of them measurements \(bench \d+", out, re.M)
-    cfg = yaml.safe_load(E2E_CONFIG.read_text())["measure"]
-    planned = cfg.get("warmup_rounds", 1) + cfg["rounds"]  # the warmup round is shown too
+    # the rounds a cell planned, warmup included, as the run's own bench file records them
+    bench = json.loads(next((run_dir / HOST / "bench").rglob("t*.json")).read_text())
+    planned = bench["warmup_rounds"] + bench["rounds"]
     assert re.search(rf"^bench local/gemma3-270m/q4_0/\w+/\d+: round \d+/{planned} · \w+ · "
                      r"[\d.]+ tok/s", out, re.M)
     assert re.search(r"^dispatch local/gemma3-270m/\w+: cell \d+/\d+ · q4_0", out, re.M)

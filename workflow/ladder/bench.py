@@ -108,13 +108,12 @@ def disturbed(machine: Mapping[str, float], limits: Mapping[str, Any],
     out of this job's CPUs."""
     foreign, steal = machine.get("foreign_cpu_share"), machine.get("steal_share")
     ncpu = int(machine.get("ncpu") or 0)
-    shared = foreign is not None and own_cpus and 0 < own_cpus < ncpu
-    if shared:
-        assert foreign is not None and own_cpus
+    whose = "the CPUs"
+    if foreign is not None and own_cpus and 0 < own_cpus < ncpu:
         foreign = round(max(0.0, foreign * ncpu - (ncpu - own_cpus)) / own_cpus, 4)
+        whose = f"the job's {own_cpus} CPUs"
     if foreign is not None and foreign > limits["foreign_cpu_max"]:
-        return (f"other processes used {foreign * 100:.0f} % of the job's {own_cpus} CPUs"
-                if shared else f"other processes used {foreign * 100:.0f} % of the CPUs")
+        return f"other processes used {foreign * 100:.0f} % of {whose}"
     if steal is not None and steal > limits["steal_max"]:
         return f"the hypervisor stole {steal * 100:.0f} % of the CPUs"
     return None
