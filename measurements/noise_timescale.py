@@ -34,32 +34,13 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
+# round_statistic (beside this script) puts the workflow's package on the path
+from round_statistic import WORKLOADS, one as bench  # the same llama-bench process, kept raw
 
-from ladder import parse  # noqa: E402
-from ladder.bench import DEFAULT_DISTURBANCE, bench_argv, disturbed  # noqa: E402
-from ladder.io import atomic_write_json, atomic_write_text  # noqa: E402
-from ladder.run import run  # noqa: E402
-
-WORKLOADS = {"pp32": {"n_prompt": 32, "n_gen": 0}, "pp128": {"n_prompt": 128, "n_gen": 0},
-             "tg64": {"n_prompt": 0, "n_gen": 64}, "tg32": {"n_prompt": 0, "n_gen": 32}}
-
-
-def bench(a: argparse.Namespace, reps: int, stem: Path) -> dict[str, Any]:
-    argv = bench_argv(a.bin_dir, a.model, WORKLOADS[a.workload], a.threads, reps, True, [])
-    res = run(argv, timeout_s=3600)
-    atomic_write_text(f"{stem}.json", res.stdout)
-    if not res.ok:
-        raise SystemExit(f"{stem}: llama-bench failed: {res.failure()}")
-    rec = parse.bench_records(res.stdout, f"{stem}.json")[0]
-    return {"ts": [float(x) for x in rec["samples_ts"]],
-            "ns": [int(x) for x in rec["samples_ns"]], "wall_s": res.wall_s,
-            "disturbed": disturbed(res.machine, DEFAULT_DISTURBANCE)}
+from ladder.io import atomic_write_json  # noqa: E402
 
 
 def lag_sd(values: list[float], lag: int) -> float | None:
@@ -90,13 +71,16 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
 
     t0 = time.monotonic()
-    one = bench(a, a.block * a.blocks, out / "within")
+    wl = WORKLOADS[a.workload]
+    one = bench(a.bin_dir, a.model, wl, a.threads, a.block * a.blocks, out / "within")
     within_s = time.monotonic() - t0
     within = [statistics.fmean(one["ts"][i * a.block:(i + 1) * a.block]) for i in range(a.blocks)]
-    block_s = sum(one["ns"]) / 1e9 / a.blocks
+    tokens = wl["n_prompt"] + wl["n_gen"]
+    block_s = sum(tokens / ts for ts in one["ts"]) / a.blocks
 
     t0 = time.monotonic()
-    procs = [bench(a, a.block, out / f"between-{i:02d}") for i in range(a.blocks)]
+    procs = [bench(a.bin_dir, a.model, wl, a.threads, a.block, out / f"between-{i:02d}")
+             for i in range(a.blocks)]
     between_s = time.monotonic() - t0
     between = [statistics.fmean(p["ts"]) for p in procs]
     rep_cv = statistics.fmean(statistics.stdev(p["ts"]) / statistics.fmean(p["ts"])
