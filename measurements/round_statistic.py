@@ -51,14 +51,15 @@ WORKLOADS = {"pp32": {"n_prompt": 32, "n_gen": 0}, "pp128": {"n_prompt": 128, "n
 
 
 def one(bin_dir: str, model: str, wl: dict[str, int], threads: int, reps: int,
-        stem: Path) -> dict[str, Any]:
-    argv = bench_argv(bin_dir, model, wl, threads, reps, True, [])
-    res = run(argv, timeout_s=1800)
+        stem: Path, env: dict[str, str] | None = None,
+        extra: list[str] | None = None) -> dict[str, Any]:
+    argv = bench_argv(bin_dir, model, wl, threads, reps, True, extra or [])
+    res = run(argv, env=env, timeout_s=1800)
     atomic_write_text(f"{stem}.json", res.stdout)
     if not res.ok:
         raise SystemExit(f"{stem}: llama-bench failed: {res.failure()}")
     rec = parse.bench_records(res.stdout, f"{stem}.json")[0]
-    return {"ts": [float(x) for x in rec["samples_ts"]], "wall_s": res.wall_s,
+    return {"ts": [float(x) for x in rec["samples_ts"]], "wall_s": res.wall_s, "cpu_s": res.cpu_s,
             "disturbed": disturbed(res.machine, DEFAULT_DISTURBANCE), "machine": res.machine}
 
 
