@@ -17,18 +17,22 @@ figures, not a test.
 
 Every probe's raw output is kept in --out/host_noise.json (the llama-bench JSON too).
 
-Measured 2026-12-02 16:12 UTC on this project's 2-core x86_64 VM, nothing else running
-(sentinel: native_repack, Q4_0, pp128):
-- spin: both CPUs at 481-486 M steps/s median, SD 1.2-1.7 %, 1 of 160 bursts below 0.95x (an
-  earlier run at 15:54: one CPU at 419-447 for ~2 s, the other unchanged);
-- mem: within one process SD 1.6 % (10.8-11.7 GiB/s); between 30 processes SD 8.8 %
-  (10.7-13.8 GiB/s, two clusters near 11 and 13.5): a process's fresh memory decides its speed;
-- sentinel: 24 processes at 463-675 tok/s; the burst AFTER a process correlated +0.81 with its
-  speed (the three slowest, 463, 509 and 556 tok/s, were followed by bursts at 370, 387 and
-  424 against ~472), the burst BEFORE +0.05. Three earlier runs of the same check (the same
-  probe, driven by a scratch script before this one; 20-24 processes each) gave, after / before:
-  pp128 +0.69 / -0.09, pp128 +0.09 / -0.25, tg64 +0.44 / -0.03. The burst after catches some slow
-  processes (a host slowdown that outlasts them), never the memory-placement ones.
+Measured 2026-12-02 on this project's 2-core x86_64 VM, nothing else running (sentinel:
+native_repack, Q4_0, pp128):
+- spin: at 16:12 both CPUs at 481-486 M steps/s median, SD 1.2-1.7 %; at 17:33 one CPU dipped to
+  406 (SD 3.0 %) while the other stayed at 438-484; at 15:54 one CPU ran at 419-447 for ~2 s.
+- mem (17:33, this version: equal numbers of 8-pass blocks, 3.5 s in one process against 6.3 s
+  of processes): within one process SD 2.2 % (10.8-11.7 GiB/s); between 30 processes SD 6.2 %
+  (10.8-13.8 GiB/s): 9 of the 30 processes read at 11.9-13.8 GiB/s, faster than the single
+  process in any of its blocks (at most 11.7). (16:12, an earlier version with 37 passes in 0.5 s within one
+  process: 1.6 % within against 8.8 % between.) Where a fresh process's memory lands moves its
+  bandwidth by up to ~25 %.
+- sentinel, the burst AFTER / BEFORE a process against its speed, five runs of 20-24 processes
+  (the first three driven by a scratch script with the same probe): pp128 +0.69 / -0.09,
+  tg64 +0.44 / -0.03, pp128 +0.09 / -0.25, pp128 +0.81 / +0.05 (16:12: the three slowest, 463,
+  509 and 556 tok/s, were followed by bursts at 370, 387 and 424 against ~472), pp128
+  -0.30 / +0.05 (17:33). The burst after sometimes catches a host slowdown that outlasts a
+  process; it is no reliable flag, and the burst before predicts nothing.
 
     .venv/bin/python measurements/host_noise.py --out /tmp/host-noise \\
         [--bin-dir resources/builds/<key>/build/bin --model resources/models/…/q4_0.gguf]
@@ -40,11 +44,12 @@ import argparse
 import math
 import statistics
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 # round_statistic (beside this script) puts the workflow's package on the path
-from round_statistic import WORKLOADS, one as bench
+from round_statistic import WORKLOADS, add_bench_arguments, log_sd, one as bench
 
 from ladder.io import atomic_write_json  # noqa: E402
 
@@ -73,14 +78,10 @@ def mem(exe: str, mib: int, passes: int) -> list[float]:
     return [float(x) for x in out.split()]
 
 
-def sd_log(values: list[float]) -> float:
-    return math.expm1(statistics.stdev(math.log(v) for v in values))
-
-
 def spread(values: list[float]) -> str:
     return (f"median {statistics.median(values):.2f}, min {min(values):.2f}, max {max(values):.2f}"
             f" (max/min {100 * (max(values) / min(values) - 1):.0f} %), SD of logs "
-            f"{100 * sd_log(values):.1f} %")
+            f"{100 * log_sd(values):.1f} %")
 
 
 def main() -> None:
@@ -89,9 +90,7 @@ def main() -> None:
     ap.add_argument("--bursts", type=int, default=80, help="spin: 100 ms bursts")
     ap.add_argument("--mem-mib", type=int, default=160)
     ap.add_argument("--processes", type=int, default=30, help="mem: back-to-back processes")
-    ap.add_argument("--bin-dir", help="sentinel: a llama-bench build")
-    ap.add_argument("--model")
-    ap.add_argument("--workload", default="pp128", choices=sorted(WORKLOADS))
+    add_bench_arguments(ap, required=False)  # the sentinel's build and model (optional)
     ap.add_argument("--sentinel-runs", type=int, default=24)
     a = ap.parse_args()
     out = Path(a.out)
@@ -108,12 +107,22 @@ def main() -> None:
         dips = sum(x < 0.95 * med for x in v)
         print(f"  cpu{cpu}: {spread(v)}; {dips} of {len(v)} bursts below 0.95x the median")
 
-    within = mem(exe["mem"], a.mem_mib, 40)[3:]  # the first passes fault the pages in
+    # the same number of 8-pass blocks inside ONE process as there are processes, so both
+    # series span about the same time: a drift of the machine hits them alike
+    t0 = time.monotonic()
+    passes = mem(exe["mem"], a.mem_mib, 8 * a.processes)
+    within = [statistics.median(passes[i * 8 + 2:(i + 1) * 8]) for i in range(a.processes)]
+    within_s = time.monotonic() - t0
+    t0 = time.monotonic()
     between = [statistics.median(mem(exe["mem"], a.mem_mib, 8)[2:]) for _ in range(a.processes)]
-    doc["mem"] = {"within": within, "between": between}
-    print(f"mem, {a.mem_mib} MiB of fresh memory, stream-read by 2 threads (GiB/s):")
-    print(f"  within one process ({len(within)} passes): {spread(within)}")
-    print(f"  between {a.processes} processes (median of each): {spread(between)}")
+    between_s = time.monotonic() - t0
+    doc["mem"] = {"within_passes": passes, "within": within, "between": between,
+                  "within_s": within_s, "between_s": between_s}
+    print(f"mem, {a.mem_mib} MiB of fresh memory, stream-read by 2 threads (GiB/s, median of "
+          "passes 3-8 of each block of 8):")
+    print(f"  within one process ({a.processes} blocks, {within_s:.1f} s): {spread(within)}")
+    print(f"  between {a.processes} processes ({between_s:.1f} s): {spread(between)}")
+    print("  blocks:    " + " ".join(f"{x:.1f}" for x in within))
     print("  processes: " + " ".join(f"{x:.1f}" for x in between))
 
     if a.bin_dir and a.model:
@@ -122,14 +131,16 @@ def main() -> None:
         raw.mkdir(exist_ok=True)
         for i in range(a.sentinel_runs):
             before = [statistics.median(c) for c in zip(*spin(exe["spin"], 2))]
-            got = bench(a.bin_dir, a.model, WORKLOADS[a.workload], 2, 3, raw / f"run{i:02d}")
+            got = bench(a.bin_dir, a.model, WORKLOADS[a.workload], a.threads, 3,
+                        raw / f"run{i:02d}")
             after = [statistics.median(c) for c in zip(*spin(exe["spin"], 2))]
             runs.append({"before": before, "after": after, "ts": statistics.fmean(got["ts"]),
                          "reps": got["ts"], "wall_s": got["wall_s"], "cpu_s": got["cpu_s"],
                          "disturbed": got["disturbed"]})
         doc["sentinel"] = runs
         speed = [math.log(r["ts"]) for r in runs]
-        print(f"sentinel: {a.sentinel_runs} llama-bench {a.workload} processes (-r 3, 2 threads),"
+        print(f"sentinel: {a.sentinel_runs} llama-bench {a.workload} processes (-r 3, "
+              f"{a.threads} threads),"
               " a 200 ms spin burst before and after each:")
         print("  process tok/s: " + " ".join(f"{r['ts']:.0f}" for r in runs))
         for side in ("before", "after"):

@@ -38,7 +38,8 @@ import time
 from pathlib import Path
 
 # round_statistic (beside this script) puts the workflow's package on the path
-from round_statistic import WORKLOADS, one as bench  # the same llama-bench process, kept raw
+from round_statistic import (  # the same llama-bench process, kept raw
+    WORKLOADS, add_bench_arguments, one as bench)
 
 from ladder.io import atomic_write_json  # noqa: E402
 
@@ -59,10 +60,7 @@ def profile(values: list[float]) -> dict[int, float | None]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--bin-dir", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--workload", default="pp128", choices=sorted(WORKLOADS))
-    ap.add_argument("--threads", type=int, default=2)
+    add_bench_arguments(ap)
     ap.add_argument("--block", type=int, default=5, help="repetitions per block (= per process)")
     ap.add_argument("--blocks", type=int, default=24)
     ap.add_argument("--out", default="noise_timescale")

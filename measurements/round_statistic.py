@@ -63,6 +63,19 @@ def one(bin_dir: str, model: str, wl: dict[str, int], threads: int, reps: int,
             "disturbed": disturbed(res.machine, DEFAULT_DISTURBANCE), "machine": res.machine}
 
 
+def add_bench_arguments(ap: argparse.ArgumentParser, required: bool = True) -> None:
+    """The arguments of a script that runs one llama-bench build on one model."""
+    ap.add_argument("--bin-dir", required=required, help="a llama-bench build's bin dir")
+    ap.add_argument("--model", required=required)
+    ap.add_argument("--workload", default="pp128", choices=sorted(WORKLOADS))
+    ap.add_argument("--threads", type=int, default=2)
+
+
+def log_sd(values: list[float]) -> float:
+    """The SD of the values' logs, as a fraction (the spread of speeds, scale-free)."""
+    return math.expm1(statistics.stdev(math.log(v) for v in values))
+
+
 def sd_log(pairs: list[tuple[list[float], list[float]]], stat: str) -> tuple[float, float]:
     """SD and mean of log(stat(B) / stat(A)) over the pairs."""
     logs = [math.log(STATS[stat](b) / STATS[stat](a)) for a, b in pairs]

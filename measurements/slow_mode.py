@@ -36,7 +36,6 @@ measurements/host_noise.py shows why: the spread is the host's.
 from __future__ import annotations
 
 import argparse
-import math
 import random
 import statistics
 import time
@@ -44,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 # round_statistic (beside this script) puts the workflow's package on the path
-from round_statistic import WORKLOADS, one as bench
+from round_statistic import WORKLOADS, add_bench_arguments, log_sd, one as bench
 
 from ladder.io import atomic_write_json  # noqa: E402
 
@@ -56,16 +55,9 @@ VARIANTS: dict[str, tuple[dict[str, str], list[str]]] = {
 }
 
 
-def sd_log(values: list[float]) -> float:
-    return math.expm1(statistics.stdev(math.log(v) for v in values))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--bin-dir", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--workload", default="pp128", choices=sorted(WORKLOADS))
-    ap.add_argument("--threads", type=int, default=2)
+    add_bench_arguments(ap)
     ap.add_argument("--reps", type=int, default=5, help="llama-bench -r per process")
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--variants", default=",".join(VARIANTS))
@@ -102,7 +94,7 @@ def main() -> None:
         speeds = [x["mean_ts"] for x in mine]
         rows[name] = {
             "n": len(mine), "median_ts": statistics.median(speeds),
-            "process_sd": sd_log(speeds) if len(speeds) > 2 else None,
+            "process_sd": log_sd(speeds) if len(speeds) > 2 else None,
             "slow": sum(x["mean_ts"] < a.slow * medians[x["round"]] for x in mine),
             "rep_cv": statistics.fmean(statistics.stdev(x["ts"]) / statistics.fmean(x["ts"])
                                        for x in mine) if a.reps > 1 else None,
