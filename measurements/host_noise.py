@@ -93,6 +93,8 @@ def main() -> None:
     add_bench_arguments(ap, required=False)  # the sentinel's build and model (optional)
     ap.add_argument("--sentinel-runs", type=int, default=24)
     a = ap.parse_args()
+    if bool(a.bin_dir) != bool(a.model):
+        ap.error("the sentinel needs both --bin-dir and --model (or neither)")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     exe = build(out)
@@ -140,8 +142,7 @@ def main() -> None:
         doc["sentinel"] = runs
         speed = [math.log(r["ts"]) for r in runs]
         print(f"sentinel: {a.sentinel_runs} llama-bench {a.workload} processes (-r 3, "
-              f"{a.threads} threads),"
-              " a 200 ms spin burst before and after each:")
+              f"{a.threads} threads), a 200 ms spin burst before and after each:")
         print("  process tok/s: " + " ".join(f"{r['ts']:.0f}" for r in runs))
         for side in ("before", "after"):
             probe = [math.log(min(r[side])) for r in runs]
