@@ -24,9 +24,9 @@ native_repack, Q4_0, pp128):
 - mem (17:33, this version: equal numbers of 8-pass blocks, 3.5 s in one process against 6.3 s
   of processes): within one process SD 2.2 % (10.8-11.7 GiB/s); between 30 processes SD 6.2 %
   (10.8-13.8 GiB/s): 9 of the 30 processes read at 11.9-13.8 GiB/s, faster than the single
-  process in any of its blocks (at most 11.7). (16:12, an earlier version with 37 passes in 0.5 s within one
-  process: 1.6 % within against 8.8 % between.) Where a fresh process's memory lands moves its
-  bandwidth by up to ~25 %.
+  process in any of its blocks (at most 11.7). At 16:12 an earlier version, with 37 passes in
+  0.5 s within one process, gave 1.6 % within against 8.8 % between. Where a fresh process's
+  memory lands moves its bandwidth by up to ~25 %.
 - sentinel, the burst AFTER / BEFORE a process against its speed, five runs of 20-24 processes
   (the first three driven by a scratch script with the same probe): pp128 +0.69 / -0.09,
   tg64 +0.44 / -0.03, pp128 +0.09 / -0.25, pp128 +0.81 / +0.05 (16:12: the three slowest, 463,
@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 # round_statistic (beside this script) puts the workflow's package on the path
-from round_statistic import WORKLOADS, add_bench_arguments, log_sd, one as bench
+from round_statistic import WORKLOADS, add_bench_arguments, speed_spread, one as bench
 
 from ladder.io import atomic_write_json  # noqa: E402
 
@@ -81,7 +81,7 @@ def mem(exe: str, mib: int, passes: int) -> list[float]:
 def spread(values: list[float]) -> str:
     return (f"median {statistics.median(values):.2f}, min {min(values):.2f}, max {max(values):.2f}"
             f" (max/min {100 * (max(values) / min(values) - 1):.0f} %), SD of logs "
-            f"{100 * log_sd(values):.1f} %")
+            f"{100 * speed_spread(values):.1f} %")
 
 
 def main() -> None:

@@ -32,22 +32,21 @@ against 680-890 for the rest (a slow mode of whole processes, none flagged distu
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import time
 from pathlib import Path
 
 # round_statistic (beside this script) puts the workflow's package on the path
 from round_statistic import (  # the same llama-bench process, kept raw
-    WORKLOADS, add_bench_arguments, one as bench)
+    WORKLOADS, add_bench_arguments, one as bench, speed_spread)
 
 from ladder.io import atomic_write_json  # noqa: E402
 
 
 def lag_sd(values: list[float], lag: int) -> float | None:
     """SD of log(values[i + lag] / values[i]), as a fraction."""
-    logs = [math.log(values[i + lag] / values[i]) for i in range(len(values) - lag)]
-    return math.expm1(statistics.stdev(logs)) if len(logs) >= 3 else None
+    ratios = [values[i + lag] / values[i] for i in range(len(values) - lag)]
+    return speed_spread(ratios) if len(ratios) >= 3 else None
 
 
 def profile(values: list[float]) -> dict[int, float | None]:

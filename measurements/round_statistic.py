@@ -59,8 +59,9 @@ def one(bin_dir: str, model: str, wl: dict[str, int], threads: int, reps: int,
     if not res.ok:
         raise SystemExit(f"{stem}: llama-bench failed: {res.failure()}")
     rec = parse.bench_records(res.stdout, f"{stem}.json")[0]
-    return {"ts": [float(x) for x in rec["samples_ts"]], "wall_s": res.wall_s, "cpu_s": res.cpu_s,
-            "disturbed": disturbed(res.machine, DEFAULT_DISTURBANCE), "machine": res.machine}
+    return {"ts": [float(x) for x in rec["samples_ts"]], "wall_s": res.wall_s,
+            "cpu_s": res.cpu_s, "disturbed": disturbed(res.machine, DEFAULT_DISTURBANCE),
+            "machine": res.machine}
 
 
 def add_bench_arguments(ap: argparse.ArgumentParser, required: bool = True) -> None:
@@ -71,8 +72,8 @@ def add_bench_arguments(ap: argparse.ArgumentParser, required: bool = True) -> N
     ap.add_argument("--threads", type=int, default=2)
 
 
-def log_sd(values: list[float]) -> float:
-    """The SD of the values' logs, as a fraction (the spread of speeds, scale-free)."""
+def speed_spread(values: list[float]) -> float:
+    """The SD of the values' logs, as a fraction (the spread of speeds or ratios, scale-free)."""
     return math.expm1(statistics.stdev(math.log(v) for v in values))
 
 

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 # round_statistic (beside this script) puts the workflow's package on the path
-from round_statistic import WORKLOADS, add_bench_arguments, log_sd, one as bench
+from round_statistic import WORKLOADS, add_bench_arguments, speed_spread, one as bench
 
 from ladder.io import atomic_write_json  # noqa: E402
 
@@ -94,7 +94,7 @@ def main() -> None:
         speeds = [x["mean_ts"] for x in mine]
         rows[name] = {
             "n": len(mine), "median_ts": statistics.median(speeds),
-            "process_sd": log_sd(speeds) if len(speeds) > 2 else None,
+            "process_sd": speed_spread(speeds) if len(speeds) > 2 else None,
             "slow": sum(x["mean_ts"] < a.slow * medians[x["round"]] for x in mine),
             "rep_cv": statistics.fmean(statistics.stdev(x["ts"]) / statistics.fmean(x["ts"])
                                        for x in mine) if a.reps > 1 else None,
