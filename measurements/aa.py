@@ -1,6 +1,7 @@
 """A/A runs (issue 18's targets): the real workflow's bench cells with two labels of one build
-plus the control, so every difference it finds is noise. Prints each cell's noise floor, what
-the cell said of b over a (it must never call one faster or slower), its resolving power, how
+plus the control, so every difference it finds is noise. Prints per cell the smallest effect it
+calls with 80 % power (from its control/twin spread), what it said of b over a (a call is a
+false call: at most the nominal 5 % of cells), the smallest effect that comparison calls, how
 many rounds it took and how many it re-measured. A measurement that prints figures, not a test.
 
     .venv/bin/python measurements/aa.py --workdir /tmp/aa --resources resources
@@ -50,15 +51,19 @@ def overlay(base: dict[str, Any], arch: str, rung: str) -> dict[str, Any]:
 
 
 def judge(workdir: Path, confidence: float) -> list[dict[str, Any]]:
-    rows = []
+    """Each cell judged as the report judges it (one Benjamini-Hochberg family for the run)."""
+    docs, cells = [], []
     for f in sorted((workdir / "results").rglob("t*.json")):
         fields = paths.match("bench", str(f))
         if not fields:
             continue
         doc = json.loads(f.read_text())
-        cell = stats.summarize_cell(doc, LADDER, CONTROL, "a", confidence)
+        docs.append(doc)
+        cells.append(stats.summarize_cell(doc, LADDER, CONTROL, "a", confidence))
+    stats.fdr_adjust(cells, confidence)
+    rows = []
+    for doc, cell in zip(docs, cells):
         step = cell["steps"][0] if cell["steps"] else None
-        ad = (doc.get("adaptive") or {}).get("stopped") or {}
         rows.append({
             "cell": f"{doc['quant']} {doc['workload']} t{doc['threads']}",
             "floor": cell["noise_floor"]["floor"],
@@ -68,7 +73,8 @@ def judge(workdir: Path, confidence: float) -> list[dict[str, Any]]:
             "resolving_power": step["verdict"]["resolving_power"] if step else None,
             "rounds": doc["rounds"], "remeasured": cell["disturbance"]["remeasured"],
             "unresolved": cell["disturbance"]["unresolved"],
-            "stopped": ad.get("why"), "round_statistic": cell["round_statistic"],
+            "retired": (doc.get("retire") or {}).get("retired"),
+            "round_statistic": cell["round_statistic"],
             "repetitions": doc.get("repetitions"),
         })
     return rows
@@ -122,16 +128,16 @@ def main() -> None:
             raise SystemExit(proc.returncode)
     rows = judge(work, a.confidence)
     for r in rows:
-        floor = "-" if r["floor"] is None else f"±{r['floor'] * 100:.1f} %"
+        floor = "-" if r["floor"] is None else f"±{r['floor'] * 100:.1f} %"  # 80 % power
         rp = "-" if r["resolving_power"] is None else f"±{r['resolving_power'] * 100:.1f} %"
-        print(f"{r['cell']:<22} floor {floor:>9}  b/a: {r['call']:<14} resolves {rp:>9}  "
-              f"rounds {r['rounds']} ({r['stopped'] or 'fixed'}), re-measured "
+        print(f"{r['cell']:<22} cell calls {floor:>9}  b/a: {r['call']:<14} b/a calls {rp:>9}  "
+              f"rounds {r['rounds']}, re-measured "
               f"{r['remeasured']}{', UNRESOLVED ' + str(r['unresolved']) if r['unresolved'] else ''}"
               f"  [{r['repetitions']} reps, {r['round_statistic']}]")
     called = [r for r in rows if r["call"] in ("faster", "slower")]
     failed = [r for r in rows if r["control_check"] is False]
     print(f"{len(rows)} cells; b called faster/slower than a in {len(called)}; "
-          f"control check failed in {len(failed)}")
+          f"control check failed in {len(failed)} (a failed check widens, never hides)")
     (work / "aa.json").write_text(json.dumps(rows, indent=1))
 
 

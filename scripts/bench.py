@@ -12,8 +12,8 @@ run_step(snakemake, lambda: measure(
     model_meta=snakemake.input.model, rounds=m["rounds"], reps=m["repetitions"],
     round_statistic=m["round_statistic"], seed=m["seed"],
     warmup=m["warmup"], timeout_s=m["timeout_s"], disturbance=m.get("disturbance"),
-    adaptive=m.get("adaptive"), auto_repetitions=m.get("auto_repetitions"),
-    confidence=snakemake.params.confidence, raw_dir=snakemake.output.raw,
+    retire=m["retire"], cpus=m["cpus"], auto_repetitions=m.get("auto_repetitions"),
+    thresholds=snakemake.params.thresholds, raw_dir=snakemake.output.raw,
     out_json=snakemake.output.samples, log=snakemake.log[0], warmup_rounds=m["warmup_rounds"],
     own_cpus=snakemake.threads,  # the job's CPUs (a shared SLURM node: fewer than the node's)
 ))

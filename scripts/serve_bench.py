@@ -12,7 +12,7 @@ run_step(snakemake, lambda: measure(
     rungs=snakemake.params.rungs, model_meta=snakemake.input.model, rounds=s["rounds"], reps=1,
     seed=snakemake.params.seed, warmup=True, timeout_s=s["timeout_s"],
     raw_dir=snakemake.output.raw, out_json=snakemake.output.samples, log=snakemake.log[0],
-    warmup_rounds=0, disturbance=snakemake.params.disturbance,
+    warmup_rounds=0, disturbance=snakemake.params.disturbance, cpus=snakemake.params.cpus,
     identity={"experiment": snakemake.wildcards.experiment, "point": snakemake.wildcards.point},
     one_build=bool(snakemake.params.point.get("ladder")),
     own_cpus=snakemake.threads,  # the job's CPUs (a shared SLURM node: fewer than the node's)

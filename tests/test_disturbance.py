@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from ladder import stats
-from ladder.bench import disturbed, measure
+from ladder.bench import check_placement, disturbed, measure
+from ladder.errors import LadderError
+from ladder.machine import cpu_set
 from ladder.run import machine_share
 
 FIX = Path(__file__).parent / "fixtures" / "x86_64" / "llama-bench-amx-q4_0-tg8.json"
@@ -90,38 +92,39 @@ def _stand_in(tmp_path, body=SPIN):
     return fake, prov, model
 
 
-def _adaptive_measure(tmp_path, prov, model, rungs, adaptive):
-    """bench.measure on a tg8 cell with adaptive rounds, disturbance checks off."""
+def _retiring_measure(tmp_path, prov, model, rungs, rounds, **kw):
+    """bench.measure on a tg8 cell with fixed rounds and the default early looks (3, 5),
+    disturbance checks off."""
     return measure(quant="q4_0", workload_name="tg8", workload={"n_prompt": 0, "n_gen": 8},
-                   threads=2, rungs=rungs, model_meta=str(model), rounds=5, reps=1, seed=1,
+                   threads=2, rungs=rungs, model_meta=str(model), rounds=rounds, reps=1, seed=1,
                    warmup=False, timeout_s=60, raw_dir=str(tmp_path / "raw"),
                    out_json=str(tmp_path / "out.json"), log=str(tmp_path / "log"),
                    warmup_rounds=0,
-                   disturbance={**LIMITS, "foreign_cpu_max": 1.0, "steal_max": 1.0},
-                   adaptive={"enabled": True, **adaptive})
+                   disturbance={**LIMITS, "foreign_cpu_max": 1.0, "steal_max": 1.0}, **kw)
 
 
-def test_an_adaptive_cell_stops_when_settled(tmp_path):
-    """Issue 18: with adaptive rounds a cell stops at the first look where everything is
-    settled (here: one JSON for every rung, so every ratio is exactly 1 and the floor 0)."""
+def test_a_cell_runs_its_fixed_rounds_and_records_where(tmp_path):
+    """Issue 31: no early stop because a cell looks settled (one JSON for every rung: every
+    ratio exactly 1, an A/A "equivalent" from the first look); every process ran on the cell's
+    CPU set, read back from /proc and recorded with each sample."""
     _, prov, model = _stand_in(tmp_path)
     rungs = [{"name": n, "provenance": str(prov), "runtime": {}, "env": {}, "bench_argv": [],
               "twin_of": "native_repack" if n == "control" else None}
              for n in ("floor", "native_repack", "control")]
-    doc = _adaptive_measure(tmp_path, prov, model, rungs,
-                            {"min_rounds": 3, "max_rounds": 6, "target_floor": 0.05})
-    assert doc["rounds"] == 3 and doc["adaptive"]["stopped"]["why"] == "settled"
-    assert doc["adaptive"]["confidence_per_look"] == pytest.approx(1 - 0.05 / 3)  # 3, 5, 6
-    assert {s["round"] for s in doc["samples"]} == {0, 1, 2}
-    cell = stats.summarize_cell(doc, ["floor", "native_repack"], "control", "native_repack")
-    assert cell["steps"][0]["ratio"]["confidence"] == pytest.approx(1 - 0.05 / 3)
+    doc = _retiring_measure(tmp_path, prov, model, rungs, 6)
+    assert doc["rounds"] == 6 and doc["retire"]["retired"] == {}
+    assert {s["round"] for s in doc["samples"]} == set(range(6))
+    want = cpu_set(2)
+    assert doc["cpus"] == want
+    assert all(s["cpus"] == ",".join(map(str, want)) and set(s["cpus_seen"]) <= set(want)
+               for s in doc["samples"])
 
 
-def test_a_settled_rung_is_not_run_again(tmp_path):
-    """Issue 18: comparisons that settle early stop costing time. The floor is 20x slower and
-    its step is called at the first look; the control wanders (±40 %), so the floor stays open
-    and only the control and its twin run on. The stand-in scales the real JSON by SCALE and
-    a JITTER drawn per process."""
+def test_a_gross_step_is_retired_and_the_rest_run_on(tmp_path):
+    """Issue 31: the floor is 20x slower and its step is called at the strict interim level at
+    the first look, so it is not run again; the control wanders (±40 %) and with its twin and
+    native_repack runs every round. The stand-in scales the real JSON by SCALE and a JITTER
+    drawn per process."""
     # the jitter is a fixed sequence, one draw per jittered process (counted in a file): the
     # test is the same on every machine, busy or not
     count = tmp_path / "count"
@@ -138,18 +141,37 @@ def test_a_settled_rung_is_not_run_again(tmp_path):
            "control": {"SCALE": "1", "JITTER": "0.4"}}
     rungs = [{"name": n, "provenance": str(prov), "runtime": {}, "env": env[n], "bench_argv": [],
               "twin_of": "native_repack" if n == "control" else None} for n in env]
-    doc = _adaptive_measure(tmp_path, prov, model, rungs,
-                            {"min_rounds": 3, "max_rounds": 8,
-                             "target_floor": {"prefill": 0.01, "decode": 0.02}})
-    stopped = doc["adaptive"]["stopped"]
-    assert stopped["retired"] == {"floor": 3}, stopped
-    assert doc["rounds"] == 8 and stopped["why"] == "all planned rounds"
-    assert any("wider than ±2.0 %" in q for q in stopped["open"])  # tg8: the decode target
+    doc = _retiring_measure(tmp_path, prov, model, rungs, 8)
+    assert doc["retire"]["retired"] == {"floor": 3}, doc["retire"]
+    assert doc["rounds"] == 8 and doc["retire"]["threshold"] == 0.03  # tg8: decode
     rounds_of = {n: sorted({s["round"] for s in doc["samples"] if s["rung"] == n}) for n in env}
     assert rounds_of["floor"] == [0, 1, 2]
     assert rounds_of["native_repack"] == rounds_of["control"] == list(range(8))
     cell = stats.summarize_cell(doc, ["floor", "native_repack"], "control", "native_repack")
     assert cell["steps"][0]["verdict"]["call"] == "faster"
+
+
+def test_a_process_seen_on_other_cpus_is_a_named_error():
+    check_placement([0, 1], [0, 1], "q4_0/tg8/t2 floor round 1")
+    with pytest.raises(LadderError, match=r"q4_0/tg8/t2 floor round 1: CPU placement mismatch: "
+                                          r"threads allowed on CPUs \[0, 1, 2\]"):
+        check_placement([0, 1, 2], [0, 1], "q4_0/tg8/t2 floor round 1")
+    with pytest.raises(LadderError, match="not verified"):
+        check_placement([], [1], "x")
+
+
+def test_the_cpu_set_avoids_cpu_0_when_there_are_spare_cpus():
+    assert cpu_set(2, "auto", range(16)) == [1, 2]
+    assert cpu_set(2, "auto", [0, 1]) == [0, 1]  # no spare CPU: all of them
+    assert cpu_set(1, "auto", [0, 1]) == [1]
+    assert cpu_set(2, "none", range(4)) is None
+    assert cpu_set(2, [4, 6], range(8)) == [4, 6]
+    with pytest.raises(LadderError, match=r"measure.cpus \[4\]: 1 CPUs for 2 threads"):
+        cpu_set(2, [4], range(8))
+    with pytest.raises(LadderError, match=r"CPUs \[9\] are not allowed here"):
+        cpu_set(2, [1, 9], range(8))
+    with pytest.raises(LadderError, match="only 2 CPUs are allowed"):
+        cpu_set(4, "auto", [0, 1])
 
 
 @pytest.mark.alone  # the hogs' disturbance must be the only one

@@ -7,6 +7,7 @@ Deselect with `-m "not e2e"`.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import re
@@ -98,27 +99,31 @@ def test_every_sample_traces_to_a_raw_file(report, run_dir):
         assert all(s["rep"] == 0 for s in doc["samples"] if s["warmup"])
 
 
-def test_noise_floor_and_verdicts(report):
+def test_noise_figures_and_verdicts(report):
+    mult = report["provenance"]["stats"]["multiplicity"]
+    assert mult["method"] == "Benjamini-Hochberg" and mult["comparisons"] >= 1
     for cell in report["cells"]:
         nf = cell["noise_floor"]
-        # The floor must exist; how large it is depends on the machine, not on the workflow.
-        assert nf["floor"] is not None and nf["floor"] >= 0
-        assert nf["control_vs_twin"]["n"] == 3
+        # the A/A figures exist; how large they are depends on the machine, not the workflow
+        assert nf["aa"]["rounds"] == 3 and nf["aa"]["sd_per_round"] is not None
+        assert nf["floor"] == nf["aa"]["smallest_callable"] and nf["floor"] > 0
+        assert "|control/twin - 1|" in nf["text"]
+        assert cell["cpus"] and all(s for s in cell["cpus"])  # where the cell ran
         for s in cell["steps"] + cell["vs_floor"]:
             v, r = s["verdict"], s["ratio"]
-            if v["call"] in {"faster", "slower"}:  # called only beyond the floor, CI clear of 1
-                assert abs(r["estimate"] - 1) > nf["floor"] and (r["lo"] > 1 or r["hi"] < 1)
+            assert v["adjusted"]  # the run's Benjamini-Hochberg step decided it
+            if v["call"] in {"faster", "slower"}:  # significant and at least the threshold
+                assert v["p_value"] <= 0.05
+                assert (abs(math.log(r["estimate"])) - (v["widened"] or 0)
+                        >= math.log1p(v["threshold"]))
             else:
                 assert "x faster" not in v["text"] and "x slower" not in v["text"]
     prefill = next(c for c in report["cells"] if c["workload"] == "pp64")
     step = next(s for s in prefill["steps"] if s["rung"] == "native_repack")
     assert step["base"] == "floor"
-    # ~20x on any x86 host with AVX2 (measured here): far beyond any plausible noise floor,
-    # unless the cell's own control check failed (then the multiplier is held back, by design)
-    if prefill["noise_floor"]["control_check"]["passed"] is False:
-        assert step["verdict"]["call"] == "control check failed", step["verdict"]["text"]
-    else:
-        assert step["verdict"]["call"] == "faster", step["verdict"]["text"]
+    # ~20x on any x86 host with AVX2 (measured here): called even when the cell's control check
+    # failed (its intervals are then widened, never hidden)
+    assert step["verdict"]["call"] == "faster", step["verdict"]["text"]
     for cell in report["cells"]:  # every cell says how its control check went
         assert cell["noise_floor"]["control_check"]["passed"] in {True, False}
 

@@ -85,11 +85,12 @@ def test_real_samples_verdicts(fixture_text):
     assert steps["native_repack"]["verdict"]["call"] == "faster"
     floor = cell["noise_floor"]["floor"]
     assert floor is not None and floor > 0
-    # Every called ratio clears the floor; nothing under it is printed as a multiplier.
+    # Every called ratio is significant and clears the threshold; nothing else is a multiplier.
     for s in cell["steps"] + cell["vs_floor"]:
         v = s["verdict"]
-        if v["call"] in {"faster", "slower"}:  # the whole interval beyond the band
+        if v["call"] in {"faster", "slower"}:  # significant and at least the threshold
             r = s["ratio"]
-            assert min(abs(math.log(r["lo"])), abs(math.log(r["hi"]))) > math.log1p(floor)
+            assert v["p_value"] <= 0.05 and abs(math.log(r["estimate"])) >= math.log1p(
+                v["threshold"])
         else:
             assert "x " not in v["text"]

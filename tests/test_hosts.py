@@ -63,10 +63,10 @@ def test_unpaired_ratio_ci_and_verdict():
     assert r.estimate == pytest.approx(2.0) and 1.9 < r.lo <= 2.0 <= r.hi < 2.1
     assert verdict(r, 0.05).call == "faster"
     r = unpaired_ratio_ci(a, [10.3, 9.7, 10.0, 10.4, 9.9])
-    assert r.lo < 1 < r.hi and verdict(r, 0.05).call == "within noise"
-    # a difference inside the larger of the two hosts' floors is not called
+    assert r.lo < 1 < r.hi and verdict(r, 0.05).call == "equivalent"
+    # a significant difference under the threshold is not called
     r = unpaired_ratio_ci(a, [x * 1.04 for x in a])
-    assert r.lo > 1 and verdict(r, 0.05).call == "cannot tell"
+    assert r.lo > 1 and verdict(r, 0.05).call == "inconclusive"
     assert unpaired_ratio_ci([], a).estimate is None
 
 

@@ -161,7 +161,7 @@ def test_fleet_report_compares_hosts(fleet_dir):
         for row in c["rungs"]:
             assert set(row["hosts"]) == set(HOSTS)
             v = row["vs_ref"]["hostb"]
-            assert v["call"] in ("faster", "slower", "within noise", "cannot tell",
+            assert v["call"] in ("faster", "slower", "equivalent", "inconclusive",
                                  "insufficient data")
             assert v["floor"] is not None
             # one node under two labels: an A/A pair, and the report says so

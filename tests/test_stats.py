@@ -39,54 +39,149 @@ def test_ratio_ci_is_geometric_and_brackets_the_estimate():
                                           math.exp(logs.mean() + half)))
 
 
-def test_noise_floor_is_the_control_ratio_ci_reach_on_the_log_scale():
-    ct = stats.ratio_ci([1.01, 0.98, 1.005, 0.99])
-    floor = stats.noise_floor(ct)
-    assert floor == pytest.approx(math.expm1(max(-math.log(ct.lo), math.log(ct.hi))))
-    assert floor > stats.max_round_deviation([1.01, 0.98, 1.005, 0.99]) == pytest.approx(0.02)
-    assert stats.noise_floor(stats.ratio_ci([1.0])) is None
+def test_the_paired_test_is_scipys_one_sample_t_test_of_the_logs():
+    ratios = [1.08, 1.02, 1.11, 0.99, 1.06, 1.04]
+    r = stats.ratio_ci(ratios)
+    ref = sps.ttest_1samp(np.log(ratios), 0.0)
+    assert r.p_value == pytest.approx(ref.pvalue)
+    assert r.sd_log == pytest.approx(np.log(ratios).std(ddof=1))
+    assert r.se_log == pytest.approx(r.sd_log / math.sqrt(6)) and r.df == 5
 
 
-def test_verdict_needs_the_whole_interval_beyond_the_floor():
+def test_a_call_needs_significance_and_the_threshold():
     big = stats.ratio_ci([3.0, 3.1, 2.9, 3.05])
-    v = stats.verdict(big, 0.02)
-    assert v.call == "faster" and v.significant and v.beyond_floor
-    assert re.match(r"3\.0\dx faster \(95% CI 2\.\d\dx-3\.\d\dx; noise floor ±2\.0 %\)",
+    v = stats.verdict(big, 0.05)
+    assert v.call == "faster" and v.significant and v.p_value < 1e-4
+    assert re.match(r"3\.0\dx faster \(95% CI 2\.\d\dx-3\.\d\dx; p < 0\.0001; threshold ±5 %\)",
                     v.text), v.text
-    small = stats.ratio_ci([1.011, 1.012, 1.010, 1.013])
-    v = stats.verdict(small, 0.02)  # significant, but the whole interval inside a 2 % floor
-    assert v.call == "within noise" and v.significant and "x " not in v.text.split("(")[0]
-    assert "inside the ±2.0 % floor" in v.text and "resolves effects beyond" in v.text
+    assert stats.verdict(stats.ratio_ci([0.5, 0.52, 0.49, 0.51]), 0.05).call == "slower"
+    # significant, but a 1.2 % effect is under a 5 % threshold: equivalent (90 % CI inside)
+    small = stats.ratio_ci([1.011, 1.012, 1.010, 1.013, 1.012])
+    v = stats.verdict(small, 0.05)
+    assert v.call == "equivalent" and v.significant and "x " not in v.text.split("(")[0]
+    assert "equivalent within ±5 %" in v.text and "90% CI" in v.text
+    # a significant 4 % against a 3 % threshold: called
+    assert stats.verdict(stats.ratio_ci([1.04, 1.041, 1.039, 1.04]), 0.03).call == "faster"
+    # significant and under the threshold, the interval reaching past it: inconclusive
+    v = stats.verdict(stats.ratio_ci([1.00, 1.07, 1.02, 1.06, 1.01, 1.05]), 0.05)
+    assert v.call == "inconclusive" and "under the ±5 % threshold" in v.text
     noisy = stats.ratio_ci([1.2, 0.8, 1.1, 0.9])
-    v = stats.verdict(noisy, 0.01)  # the interval reaches far beyond the band: no answer
-    assert v.call == "cannot tell" and "not significant" in v.text
-    assert v.resolving_power > 0.2
-    assert stats.verdict(big, None).call == "no noise floor"
+    v = stats.verdict(noisy, 0.05)
+    assert v.call == "inconclusive" and "not significant" in v.text
+    assert v.resolving_power > 0.2 and "with 80 % power" in v.text
     assert stats.verdict(stats.ratio_ci([3.0, 3.0]), 0.01).call == "insufficient data"
 
 
-def test_estimate_beyond_the_floor_with_the_interval_inside_is_not_a_call():
-    # issue 19, item 8: the gate tested the estimate; 0.71x with a CI reaching 0.82x against a
-    # 20 % floor (band down to 1/1.2 = 0.833x) read "0.71x slower" though its top is close to it
-    r = stats.ratio_ci([0.60, 0.78, 0.74, 0.70, 0.82])
-    assert r.hi > 1 / 1.202
-    v = stats.verdict(r, 0.202)
-    assert v.call == "cannot tell" and "x slower" not in v.text
+def test_the_smallest_callable_effect_is_called_with_80_percent_power():
+    """smallest_callable is what its name says: simulated cells at that true effect are called
+    faster about 80 % of the time (12 rounds, per-round SD 6 %, threshold 3 %)."""
+    rng = np.random.default_rng(5)
+    sd, n, delta = 0.06, 12, 0.03
+    mde = stats.smallest_callable(sd / math.sqrt(n), n - 1, 0.05, delta)
+    calls = sum(stats.verdict(stats.ratio_ci(list(np.exp(np.log1p(mde) + rng.normal(0, sd, n)))),
+                              delta).call == "faster" for _ in range(4000))
+    assert 0.77 <= calls / 4000 <= 0.83, (mde, calls / 4000)
 
 
-def test_a_failed_control_check_holds_back_the_multiplier():
+def test_a_failed_control_check_widens_and_flags_but_hides_nothing():
     ct = stats.ratio_ci([1.12, 1.16, 1.10, 1.18, 1.14])  # one build "1.14x faster than itself"
     check = stats.control_check(ct)
     assert check["passed"] is False and "control check failed" in check["text"]
-    v = stats.verdict(stats.ratio_ci([3.0, 3.1, 2.9, 3.05, 3.0]), stats.noise_floor(ct),
-                      check["passed"])
-    assert v.call == "control check failed" and "3." not in v.text
+    assert check["bias"] == pytest.approx(math.log(ct.estimate))
+    step = stats.ratio_ci([25.0, 26.1, 24.2, 25.5, 25.0])  # the headline step stays called
+    v = stats.verdict(step, 0.05, bias=check["bias"])
+    assert v.call == "faster" and v.widened and "widened ±14" in v.text
+    plain = stats.verdict(step, 0.05)
+    assert v.resolving_power > plain.resolving_power
+    # a 10 % effect inside the measured bias is no longer called
+    assert stats.verdict(stats.ratio_ci([1.1, 1.09, 1.11, 1.1, 1.1]), 0.05,
+                         bias=check["bias"]).call != "faster"
     assert stats.control_check(stats.ratio_ci([1.01, 0.99, 1.0]))["passed"] is True
 
 
-def test_slowdowns_are_called_too():
-    v = stats.verdict(stats.ratio_ci([0.5, 0.52, 0.49, 0.51]), 0.02)
-    assert v.call == "slower"
+def test_aa_figures_are_the_ones_readers_compare():
+    ct = stats.ratio_ci([1.01, 0.98, 1.005, 0.99, 1.02])
+    aa = stats.aa_figures(ct, 0.03)
+    assert aa["point"] == pytest.approx(abs(ct.estimate - 1))
+    assert aa["sd_per_round"] == pytest.approx(ct.sd_log) and aa["se"] == pytest.approx(ct.se_log)
+    assert aa["smallest_callable"] == pytest.approx(
+        stats.smallest_callable(ct.se_log, 4, 0.05, 0.03))
+    text = stats.aa_text(aa, "control", "native_repack")
+    assert "|control/twin - 1| = " in text and "per-round SD" in text and "80 % power" in text
+
+
+def test_benjamini_hochberg():
+    # the textbook example: 0.01, 0.02, 0.03, 0.04, 0.05 at q = 0.05 all pass (p(5) <= 5q/5)
+    assert stats.benjamini_hochberg([0.01, 0.02, 0.03, 0.04, 0.05], 0.05) == [True] * 5
+    assert stats.benjamini_hochberg([0.001, 0.2, 0.03, 0.5], 0.05) == [True, False, False, False]
+    assert stats.benjamini_hochberg([0.3, 0.6], 0.05) == [False, False]
+
+
+def _doc(rng, effects: dict[str, float], n: int, sd: float = 0.05, workload="tg64") -> dict:
+    samples = []
+    for i in range(n):
+        d = rng.normal(0, 0.05)
+        order = list(effects)
+        rng.shuffle(order)
+        for pos, name in enumerate(order):
+            samples.append({"rung": name, "round": i, "order": pos, "build_key": name,
+                            "tokens_per_s": float(50 * effects[name]
+                                                  * np.exp(d + rng.normal(0, sd)))})
+    spec = {"n_prompt": 0, "n_gen": 64} if workload == "tg64" else {"n_prompt": 128, "n_gen": 0}
+    return {"quant": "q", "workload": workload, "threads": 2, "samples": samples,
+            "workload_spec": spec}
+
+
+def test_fdr_adjust_decides_the_calls_across_cells():
+    rng = np.random.default_rng(2)
+    cells = [stats.summarize_cell(_doc(rng, {"a": 1, "b": e, "control": 1}, 8),
+                                  ["a", "b"], "control", "a", resamples=200)
+             for e in (1.0, 1.0, 1.0, 20.0, 1.5)]
+    before = [c["steps"][0]["verdict"]["adjusted"] for c in cells]
+    did = stats.fdr_adjust(cells)
+    assert not any(before) and all(c["steps"][0]["verdict"]["adjusted"] for c in cells)
+    assert did["comparisons"] == 5 and did["rejected"] >= 2
+    assert cells[3]["steps"][0]["verdict"]["call"] == "faster"
+    assert "adjusted for selection" in cells[3]["steps"][0]["verdict"]["text"]
+    assert "Benjamini-Hochberg" in did["text"]
+
+
+def test_pooled_checks_find_a_label_bias_and_a_position_effect():
+    rng = np.random.default_rng(9)
+    biased = [stats.summarize_cell(_doc(rng, {"a": 1, "control": 1.04}, 10, sd=0.02),
+                                   ["a"], "control", "a", resamples=200) for _ in range(6)]
+    pooled = stats.pooled_checks(biased)  # the control label 4 % faster in every cell
+    assert pooled["label"]["passed"] is False and "label bias" in pooled["label"]["text"]
+    assert pooled["position"]["passed"] is True
+    cells = []
+    for _ in range(6):
+        doc = _doc(rng, {"a": 1, "control": 1.0}, 10, sd=0.02)
+        for s in doc["samples"]:
+            if s["order"] == 0:
+                s["tokens_per_s"] *= 0.9  # whoever runs first is 10 % slower
+        cells.append(stats.summarize_cell(doc, ["a"], "control", "a", resamples=200))
+    pooled = stats.pooled_checks(cells)
+    assert pooled["label"]["passed"] is True and pooled["position"]["passed"] is False
+    first = pooled["position"]["rows"][0]
+    assert first["position"] == 0 and first["ci"][1] < 0
+
+
+def _aa_false_calls(rule, rng, cells=2000, n=12, sd=0.10):
+    calls = 0
+    for _ in range(cells):
+        logs = rng.normal(0, sd, n)
+        calls += rule(list(np.exp(logs))) in ("faster", "slower")
+    return calls / cells
+
+
+def test_a_a_comparisons_are_called_at_most_at_the_nominal_rate():
+    """One build under two labels: a call is a false call. The paired rule at 5 % (before its
+    threshold) calls about 5 %; with the threshold fewer."""
+    rng = np.random.default_rng(11)
+    rate = _aa_false_calls(lambda r: stats.verdict(stats.ratio_ci(r), 0.0).call, rng)
+    assert 0.035 <= rate <= 0.065, rate
+    rate = _aa_false_calls(lambda r: stats.verdict(stats.ratio_ci(r), 0.05).call, rng)
+    assert rate <= 0.05, rate
 
 
 @pytest.mark.parametrize("n", [3, 5, 8])
@@ -114,30 +209,6 @@ def test_unpaired_interval_coverage():
     assert 0.93 <= hits / 3000 <= 0.97, hits / 3000
 
 
-def test_a_a_cells_are_called_at_most_at_the_nominal_rate():
-    """Same build under four labels (base, other, control, twin), interleaved, over many
-    simulated cells with a per-round drift shared by all labels: a call (faster or slower) is a
-    false call. The floor band and the whole-interval rule keep the rate under 5 %; the control
-    check holds back about 5 % more."""
-    rng = np.random.default_rng(11)
-    calls = held = 0
-    cells = 3000
-    for _ in range(cells):
-        drift = rng.normal(0, 0.05, 5)  # the machine's slow drift, shared within a round
-        tps = {name: 50 * np.exp(drift + rng.normal(0, 0.06, 5))
-               for name in ("a", "b", "control", "twin")}
-        samples = [{"rung": k, "round": i, "tokens_per_s": float(v[i])}
-                   for k, v in tps.items() for i in range(5)]
-        ct = stats.ratio_ci(stats.paired_ratios(samples, "twin", "control"))
-        check = stats.control_check(ct)
-        v = stats.verdict(stats.ratio_ci(stats.paired_ratios(samples, "a", "b")),
-                          stats.noise_floor(ct), check["passed"])
-        calls += v.call in ("faster", "slower")
-        held += v.call == "control check failed"
-    assert calls / cells <= 0.05, calls / cells
-    assert 0.02 <= held / cells <= 0.08, held / cells
-
-
 def test_outliers_are_flagged_not_removed():
     flags = stats.outlier_flags([10.0, 10.1, 9.9, 10.05, 25.0])
     assert flags == [False, False, False, False, True]
@@ -153,52 +224,53 @@ def test_refuses_to_combine_disagreeing_metadata():
         stats.check_combinable(doc)
 
 
-def _cell_rounds(rng, effect, n, drift=0.05, noise=0.03):
-    """Samples of n rounds: labels a (base), b (a x effect), control and twin (one build)."""
-    out = []
+def _retiring_cell(rng, effect: float, n: int, sd: float, looks=(3, 5)):
+    """The stopping rule of bench.measure on simulated rounds: after each look, the rungs
+    stats.retirable names are not run again. Returns the final step verdict and the rounds each
+    rung ran."""
+    from ladder.bench import DEFAULT_RETIRE, retire_at_look
+
+    rule = {**DEFAULT_RETIRE, "looks": list(looks)}
+    effects = {"a": 1.0, "b": effect, "control": 1.0}
+    retired: set[str] = set()
+    samples: list[dict] = []
     for i in range(n):
-        d = rng.normal(0, drift)
-        for name, mult in (("a", 1.0), ("b", effect), ("control", 1.0), ("twin", 1.0)):
-            out.append({"rung": name, "round": i, "build_key": name, "tokens_per_s":
-                        float(50 * mult * np.exp(d + rng.normal(0, noise)))})
-    return out
-
-
-def _adaptive_cell(rng, effect, adaptive):
-    """Run the stopping rule of bench.measure on simulated rounds; the final verdict."""
-    from ladder.bench import look_confidence, looks, open_questions
-
-    conf = look_confidence(0.95, adaptive)
-    samples = []
-    for n in range(1, adaptive["max_rounds"] + 1):
-        samples += _cell_rounds(rng, effect, 1)
-        for s in samples[-4:]:
-            s["round"] = n - 1
-        if n in looks(adaptive) and not open_questions(
-                samples, ["a", "b"], "control", "twin", conf, adaptive["target_floor"]):
-            break
+        d = rng.normal(0, 0.03)
+        for name, mult in effects.items():
+            if name not in retired:
+                samples.append({"rung": name, "round": i, "order": 0, "build_key": name,
+                                "tokens_per_s": float(50 * mult * np.exp(d + rng.normal(0, sd)))})
+        if i + 1 in looks:
+            retired |= retire_at_look(samples, ["a", "b"], ["control", "a"], 0.05, rule)
     cell = stats.summarize_cell({"quant": "q", "workload": "w", "threads": 1, "samples": samples,
-                                 "adaptive": {"confidence_per_look": conf}},
-                                ["a", "b"], "control", "twin", resamples=200)
-    return cell["steps"][0]["verdict"]["call"], n
+                                 "workload_spec": {"n_prompt": 64}},
+                                ["a", "b"], "control", "a", resamples=200)
+    ran = {k: len({s["round"] for s in samples if s["rung"] == k}) for k in effects}
+    return cell["steps"][0]["verdict"]["call"], ran
 
 
-def test_adaptive_stopping_keeps_the_false_call_rate():
-    """Issue 18: a cell that stops as soon as it looks settled must not call more A/A
-    differences than the nominal 5 %: the looks share the error rate (Bonferroni)."""
+def test_nothing_is_retired_for_looking_equivalent_or_inconclusive():
+    """Issue 31's adaptive-rounds bug: a comparison that read "within noise" at look 3 retired
+    its rung, and the final verdict was judged on 3 rounds while the control ran 12. Now an A/A
+    or small-effect comparison runs every round, whatever it looked like early."""
     rng = np.random.default_rng(3)
-    adaptive = {"min_rounds": 3, "max_rounds": 12, "target_floor": 0.05}
-    calls = sum(_adaptive_cell(rng, 1.0, adaptive)[0] in ("faster", "slower")
-                for _ in range(600))
-    assert calls / 600 <= 0.05, calls / 600
+    for effect, sd in ((1.0, 0.14), (1.0, 0.01), (1.10, 0.14), (1.03, 0.02)):
+        for _ in range(40):
+            _, ran = _retiring_cell(rng, effect, 12, sd)
+            assert ran == {"a": 12, "b": 12, "control": 12}, (effect, sd, ran)
 
 
-def test_a_large_step_settles_early():
+def test_a_gross_step_retires_its_slow_rung_early_and_stays_called():
     rng = np.random.default_rng(4)
-    adaptive = {"min_rounds": 3, "max_rounds": 10, "target_floor": 0.5}
-    results = [_adaptive_cell(rng, 20.0, adaptive) for _ in range(50)]
-    assert all(call == "faster" for call, _ in results)
-    assert np.median([n for _, n in results]) <= 4  # a 20x step needs few rounds
+    for _ in range(30):
+        call, ran = _retiring_cell(rng, 1 / 20.0, 12, 0.05)  # b is a 20x slower "floor"
+        assert call == "slower" and ran["b"] in (3, 5) and ran["a"] == ran["control"] == 12
+
+
+def test_retirement_keeps_the_false_call_rate():
+    rng = np.random.default_rng(6)
+    calls = sum(_retiring_cell(rng, 1.0, 8, 0.08)[0] in ("faster", "slower") for _ in range(600))
+    assert calls / 600 <= 0.05, calls / 600
 
 
 def test_the_round_statistic_takes_a_rounds_repetitions():

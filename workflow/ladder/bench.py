@@ -17,7 +17,7 @@ import numpy as np
 
 from ladder import parse, progress, stats
 from ladder.errors import LadderError
-from ladder.machine import host_brief
+from ladder.machine import cpu_set, host_brief
 from ladder.io import atomic_write_json, atomic_write_text, read_json
 from ladder.run import run
 from ladder.build import unbuilt_status
@@ -78,6 +78,19 @@ def built_rungs(rungs: Sequence[Mapping[str, Any]], where: str, none_ok: bool = 
     if not active and not none_ok:
         raise LadderError(f"{where}: no rung built successfully")
     return active, status, bins
+
+
+def check_placement(seen: Sequence[int] | None, want: Sequence[int] | None, where: str) -> None:
+    """A pinned process whose threads were allowed anywhere else than the cell's CPU set (read
+    back from /proc while it ran) is a named error: its samples would not be the cell's."""
+    if want is None:
+        return
+    if not seen:
+        raise LadderError(f"{where}: CPU placement not verified: no thread of the process was "
+                          f"seen in /proc (asked for CPUs {list(want)})")
+    if not set(seen) <= set(want):
+        raise LadderError(f"{where}: CPU placement mismatch: threads allowed on CPUs "
+                          f"{sorted(seen)}, the cell's set is {list(want)}")
 
 
 def check_repetitions(reps: int | str, warmup_rounds: int, statistic: str) -> None:
@@ -146,67 +159,20 @@ def calibrated_repetitions(samples: Sequence[Mapping[str, Any]], rungs: Sequence
     return out
 
 
-DEFAULT_ADAPTIVE = {"enabled": False, "min_rounds": 3, "max_rounds": 12, "budget_s": 1200,
-                    "target_floor": 0.05}
-LOOK_GROWTH = 1.5  # looks at 3, 5, 8, 12 rounds: few looks, so each keeps more confidence
+DEFAULT_RETIRE = {"enabled": True, "looks": [3, 5], "alpha": stats.INTERIM_ALPHA}
+phase_of = stats.phase_of
 
 
-def looks(adaptive: Mapping[str, Any]) -> list[int]:
-    """The measured-round counts after which an adaptive cell looks at its data: from
-    ``min_rounds``, each about 1.5 times the last, and ``max_rounds`` last. Fewer looks than one
-    per round cost less confidence each (the Bonferroni split below), so the intervals stay
-    narrower at the same guarantee."""
-    lo, hi = int(adaptive["min_rounds"]), int(adaptive["max_rounds"])
-    out = [lo]
-    while out[-1] < hi:
-        out.append(min(hi, max(out[-1] + 1, int(out[-1] * LOOK_GROWTH + 0.5))))
-    return out
-
-
-def look_confidence(confidence: float, adaptive: Mapping[str, Any]) -> float:
-    """The per-look confidence of an adaptive cell: a Bonferroni split of 1 - confidence over
-    every look the stopping rule may take, so stopping when the data look settled cannot raise
-    the false-call rate above the nominal level (tests/test_stats.py simulates it)."""
-    return 1 - (1 - confidence) / len(looks(adaptive))
-
-
-def phase_of(workload: Mapping[str, Any]) -> str:
-    """decode for a pure generation workload (tgN, tgN at depth), else prefill."""
-    return "decode" if workload.get("n_gen") and not workload.get("n_prompt") else "prefill"
-
-
-def target_floor(adaptive: Mapping[str, Any], workload: Mapping[str, Any]) -> float:
-    """The floor an adaptive cell must reach: one number, or one per phase."""
-    t = adaptive["target_floor"]
-    return float(t[phase_of(workload)] if isinstance(t, Mapping) else t)
-
-
-def open_comparisons(samples: Sequence[Mapping[str, Any]], ladder: Sequence[str],
-                     control: str | None, twin: str | None, confidence: float,
-                     target: float, statistic: str = "mean") -> list[tuple[str, set[str]]]:
-    """What a cell cannot answer yet (pure), each with the rungs that must keep running to
-    answer it: every comparison the report will judge (stats.comparisons) not yet called
-    faster, slower or within noise; a failed control check; a floor wider than ``target``."""
-    ct, floor, _ = stats.cell_floor(samples, control, twin, confidence, statistic)
-    passed = stats.control_check(ct)["passed"]
-    out: dict[str, set[str]] = {}
-    for _, base, other in stats.comparisons(ladder, {s["rung"] for s in samples}):
-        v = stats.verdict(stats.ratio_ci(stats.paired_ratios(samples, base, other, statistic),
-                                         confidence), floor, passed)
-        if v.call not in ("faster", "slower", "within noise"):
-            out.setdefault(f"{other} vs {base}: {v.call}", set()).update((base, other))
-    if control and twin and (floor is None or floor > target):
-        out["noise floor " + ("unknown" if floor is None else f"±{floor * 100:.1f} %")
-            + f" wider than ±{target * 100:.1f} %"] = {control, twin}
-    return list(out.items())
-
-
-def open_questions(samples: Sequence[Mapping[str, Any]], ladder: Sequence[str],
-                   control: str | None, twin: str | None, confidence: float,
-                   target_floor: float, statistic: str = "mean") -> list[str]:
-    """The open questions of ``open_comparisons``, as text."""
-    return [q for q, _ in open_comparisons(samples, ladder, control, twin, confidence,
-                                           target_floor, statistic)]
+def retire_at_look(samples: Sequence[Mapping[str, Any]], ladder: Sequence[str],
+                   keep: Sequence[str | None], threshold: float, rule: Mapping[str, Any],
+                   statistic: str = "mean") -> set[str]:
+    """At an early look (pure): the rungs not to run again, because every comparison they
+    take part in is a gross step already called at the strict interim level (Haybittle-Peto;
+    ``stats.retirable``). The rounds are fixed; nothing else ends a cell early, so an A/A pair
+    or a small step that looks equivalent or inconclusive keeps running to the last round."""
+    clean = [s for s in samples if not s.get("warmup") and not s.get("disturbed")]
+    return stats.retirable(clean, ladder, [k for k in keep if k], threshold,
+                           float(rule["alpha"]), statistic)
 
 
 def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], threads: int,
@@ -214,8 +180,9 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
             seed: int, warmup: bool, timeout_s: float, raw_dir: str, out_json: str,
             log: str, warmup_rounds: int = 1,
             disturbance: Mapping[str, Any] | None = None,
-            adaptive: Mapping[str, Any] | None = None,
-            confidence: float = 0.95, round_statistic: str = "mean",
+            retire: Mapping[str, Any] | None = None,
+            thresholds: float | Mapping[str, float] | None = None,
+            round_statistic: str = "mean", cpus: str | Sequence[int] | None = "auto",
             identity: Mapping[str, Any] | None = None,
             one_build: bool = False,
             auto_repetitions: Mapping[str, Any] | None = None,
@@ -227,14 +194,17 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
     hypervisor's share of the CPUs meanwhile). A measured round in which a run was clearly
     disturbed is measured again in a fresh order, up to ``max_remeasure`` times; the disturbed
     attempt's samples are kept, marked, and never enter the statistics. A round still disturbed
-    after that is recorded as unresolved (the report says "disturbed", never "within noise").
+    after that is recorded as unresolved (the report says "disturbed", never "equivalent").
 
-    With ``adaptive.enabled`` the cell keeps adding measured rounds, from ``min_rounds`` up to
-    ``max_rounds`` or ``budget_s``, until every comparison is settled (called, or within noise
-    with its whole interval) and the floor is as tight as ``target_floor``. It looks at its data
-    only after the rounds ``looks`` lists, and its intervals use the per-look confidence
-    (``look_confidence``), recorded in the cell. At each look, a rung that no open comparison
-    needs any more is not run again (``stopped.retired``: the rung and the look).
+    The rounds are fixed (``rounds``, chosen from the run's time budget). With
+    ``retire.enabled``, after each measured-round count in ``retire.looks`` a rung whose every
+    comparison is a gross step already called at the strict level ``retire.alpha`` is not run
+    again (``retired``: the rung and the look), e.g. the slow floor once its 20x step is
+    certain. Nothing else ends a cell early; the control and its twin run every round.
+
+    ``cpus``: where every process of the cell runs (``machine.cpu_set``): one fixed CPU set of
+    ``threads`` CPUs for every rung, read back from /proc while each process runs and recorded
+    with its samples; a process seen on other CPUs is an error.
 
     ``reps="auto"``: each rung's llama-bench -r is calibrated from its warmup-round speed
     (``calibrated_repetitions``, rule ``auto_repetitions``); warmup rounds run one repetition.
@@ -250,10 +220,7 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
     auto = reps == "auto"
     rep_rule = {**DEFAULT_AUTO_REPETITIONS, **(auto_repetitions or {})}
     reps_by: dict[str, int] = {r["name"]: 1 if auto else int(reps) for r in rungs}
-    adapt = {**DEFAULT_ADAPTIVE, **(adaptive or {})}
-    if adapt["enabled"]:
-        rounds = int(adapt["max_rounds"])
-    conf_look = look_confidence(confidence, adapt) if adapt["enabled"] else confidence
+    rule = {**DEFAULT_RETIRE, **(retire or {})}
     ladder = [r["name"] for r in rungs if not r.get("twin_of")]
     control = next((r["name"] for r in rungs if r.get("twin_of")), None)
     twin = next((r["twin_of"] for r in rungs if r.get("twin_of")), None)
@@ -263,6 +230,8 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
     active, status, bins = built_rungs(rungs, f"bench {quant}/{workload_name}/t{threads}",
                                        none_ok=one_build)
     cell = f"{quant}/{workload_name}/t{threads}"
+    cpu_list = cpu_set(threads, cpus)
+    cpu_text = ",".join(map(str, cpu_list)) if cpu_list is not None else "any"
     planned = warmup_rounds + rounds
     # spare orders from the same seeded sequence, for re-measured rounds
     orders = round_orders(active, planned + rounds * limits["max_remeasure"], seed, cell)
@@ -288,7 +257,7 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
             # before an auto calibration (the warmup round) every rung runs 1 repetition
             argv = bench_argv(bins[name], model["path"], workload, threads, reps_by[name],
                               warmup, r["bench_argv"])
-            res = run(argv, env=r["env"], timeout_s=timeout_s)
+            res = run(argv, env=r["env"], timeout_s=timeout_s, cpus=cpu_list)
             stem = raw / (f"round{rnd:02d}-{pos:02d}-{name}" if not attempt
                           else f"round{rnd:02d}a{attempt}-{pos:02d}-{name}")
             atomic_write_text(f"{stem}.json", res.stdout)
@@ -305,6 +274,7 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
                 status[name].update(status="crashed" if res.signal_name else "failed",
                                     reason=failure, round=rnd, raw=f"{stem}.stderr.log")
                 continue
+            check_placement(res.cpus_seen, cpu_list, f"{cell} {name} round {rnd}")
             if why:
                 reasons.append(f"{name}: {why}")
             for rec in parse.bench_records(res.stdout, f"{stem}.json"):
@@ -327,26 +297,23 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
                         if res.wall_s > 0 else None,
                         **{k: res.machine.get(k) for k in ("foreign_cpu_share", "steal_share")},
                         "disturbed": why, **brief,
+                        "cpus": cpu_text, "cpus_seen": res.cpus_seen,
                     })
                 progress.step("round", rnd + 1, planned, name,
                               f"{float(np.mean(rec['samples_ts'])):.1f} tok/s", *tag,
                               *([f"DISTURBED ({why})"] if why else []))
         return got, reasons
 
-    stop: dict[str, Any] = {"why": "all planned rounds", "open": []}
-    look_at = set(looks(adapt)) if adapt["enabled"] else set()
-    tight = target_floor(adapt, workload)
-    retired: dict[str, int] = {}  # rungs whose every comparison settled: not run any more
-    measure_start: float | None = None
+    look_at = set(int(x) for x in rule["looks"]) if rule["enabled"] else set()
+    delta = stats.threshold_for(thresholds, phase_of(workload))
+    retired: dict[str, int] = {}  # gross steps called at the interim level: not run any more
     for rnd in range(planned):
-        if rnd == warmup_rounds:
-            measure_start = time.monotonic()
-            if auto:
-                reps_by = calibrated_repetitions(samples, rungs, rep_rule)
-                progress.step("calibrated", 1, 1, "llama-bench -r " + ", ".join(
-                    f"{n} {k}" for n, k in reps_by.items()),
-                    f"(each process measures >= {rep_rule['min_seconds']:g} s, at most "
-                    f"{rep_rule['max']} repetitions)")
+        if rnd == warmup_rounds and auto:
+            reps_by = calibrated_repetitions(samples, rungs, rep_rule)
+            progress.step("calibrated", 1, 1, "llama-bench -r " + ", ".join(
+                f"{n} {k}" for n, k in reps_by.items()),
+                f"(each process measures >= {rep_rule['min_seconds']:g} s, at most "
+                f"{rep_rule['max']} repetitions)")
         order, attempt = [n for n in orders[rnd] if n not in retired], 0
         while True:
             used_orders.append(order)
@@ -363,30 +330,12 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
             attempt += 1
             order = [n for n in next(spare, order) if n not in retired]
         measured = rnd + 1 - warmup_rounds
-        if measured in look_at:
-            clean = [s for s in samples if not s.get("warmup") and not s.get("disturbed")]
-            open_now = open_comparisons(clean, ladder, control, twin, conf_look, tight,
-                                        statistic)
-            questions = [q for q, _ in open_now]
-            spent = time.monotonic() - (measure_start or time.monotonic())
-            stop = {"why": "settled" if not questions else (
-                "time budget" if spent > float(adapt["budget_s"]) else "all planned rounds"),
-                "open": questions, "after_rounds": measured}
-            if not questions or spent > float(adapt["budget_s"]):
-                progress.step("look", measured, rounds, "settled" if not questions
-                              else "out of time; open: " + "; ".join(questions[:3]))
-                rounds = measured
-                break
-            # comparisons that settled stop costing time: a rung no open question needs
-            # (e.g. the slow floor once every step from it is called) is not run again
-            needed = set().union(*(r for _, r in open_now))
-            for name in active:
-                if name not in needed and name not in retired:
-                    retired[name] = measured
-            progress.step("look", measured, rounds, "open: " + "; ".join(questions[:3])
-                          + (f" · settled, not run again: {', '.join(sorted(retired))}"
-                             if retired else ""))
-    stop["retired"] = retired
+        if measured in look_at and measured < rounds:
+            gone = retire_at_look(samples, ladder, [control, twin], delta, rule, statistic)
+            for name in sorted(gone - set(retired)):
+                retired[name] = measured
+            progress.step("look", measured, rounds, "retired (every step called at p < "
+                          f"{rule['alpha']:g}): {', '.join(sorted(retired)) or 'none'}")
     with open(log, "a") as f:  # beside the progress lines the job's logger already wrote
         f.write("\n".join(log_lines) + "\n")
     doc = {
@@ -403,8 +352,8 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
         "warmup": warmup,
         "orders": used_orders, "host": brief, "rungs": status, "samples": samples,
         "disturbance": {"limits": limits, "remeasured": remeasured, "unresolved": unresolved},
-        "adaptive": ({**adapt, "confidence": confidence, "confidence_per_look": conf_look,
-                      "stopped": stop} if adapt["enabled"] else None),
+        "retire": {**rule, "threshold": delta, "retired": retired},
+        "cpus": cpu_list,
     }
     atomic_write_json(out_json, doc)
     return doc

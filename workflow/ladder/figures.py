@@ -54,7 +54,7 @@ def ladder_bars(doc: Mapping[str, Any], cell: Mapping[str, Any], out_dir: Path) 
     ax.grid(axis="y", alpha=0.3)
     return {"id": fid, "title": title, "file": _save(fig, out_dir, fid),
             "caption": f"Throughput per rung, median of {cell['rounds']} interleaved rounds with "
-                       "the bootstrap CI; grey = the control (noise floor)."}
+                       "the bootstrap CI; grey = the control (the build twice: the A/A check)."}
 
 
 def _curve(doc: Mapping[str, Any], cells: list[Mapping[str, Any]], x_of: Any, xlabel: str,
@@ -266,7 +266,7 @@ def serving_curve(doc: Mapping[str, Any], points: list[Mapping[str, Any]], fid: 
 def lever_chart(points: list[Mapping[str, Any]], fid: str, title: str, xlabel: str,
                 out_dir: Path) -> dict[str, Any]:
     """A lever on each rung: every setting's ratio to the lever's baseline on that rung, with
-    its interval; the grey band is that rung's own noise floor (its baseline measured twice)."""
+    its interval; the shaded band is the threshold δ of the point's phase."""
     settings = list(dict.fromkeys(
         [p["baseline"] for p in points] + [c["rung"] for p in points for c in p["cell"]["vs_floor"]]))
     if len(settings) < 2:
@@ -287,7 +287,7 @@ def lever_chart(points: list[Mapping[str, Any]], fid: str, title: str, xlabel: s
         color = COLORS[i % len(COLORS)]
         ax.errorbar([x + off for x in pos], ys, yerr=[lo, hi], marker="o", capsize=3,
                     color=color, label=p["base"])
-        band = (p["cell"]["noise_floor"] or {}).get("floor")
+        band = (p["cell"]["noise_floor"] or {}).get("threshold")
         if band:
             ax.axhspan(1 / (1 + band), 1 + band, color=color, alpha=0.08)
     ax.axhline(1.0, color="#999999", linewidth=0.8)
@@ -299,7 +299,8 @@ def lever_chart(points: list[Mapping[str, Any]], fid: str, title: str, xlabel: s
     ax.set_title(title, fontsize=10)
     return {"id": fid, "title": title, "file": _save(fig, out_dir, fid),
             "caption": "Each rung's settings against its own baseline (geometric mean of paired "
-                       "rounds, with the interval); shaded: that rung's noise floor band."}
+                       "rounds, with the interval); shaded: ±δ, the threshold under which no "
+                       "change is called."}
 
 
 def serving_figures(doc: Mapping[str, Any], out: Path) -> dict[str, Any]:

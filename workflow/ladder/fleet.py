@@ -243,7 +243,7 @@ def build_fleet(reports: Sequence[str], stats_cfg: Mapping[str, Any] | None = No
                 for rung in per_host[r0][0].get("ladder_order") or []:
                     r, _ = vs_ref(per_host[r0][1], per_host[n][1], rung, None)
                     if r.lo is not None and r.hi is not None:
-                        deviations.append(stats.noise_floor(r) or 0.0)
+                        deviations.append(stats.interval_reach(r) or 0.0)
     drift = max(deviations) if deviations else None
 
     comparisons = []

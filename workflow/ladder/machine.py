@@ -11,7 +11,7 @@ import socket
 import subprocess
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from ladder.hosts import cpu_identity
 from ladder.errors import LadderError
@@ -175,3 +175,59 @@ def host_brief(guest: Mapping[str, Any] | None = None) -> dict[str, Any]:
             "cpu_model": cpu_model(),
             "identity": local_identity(),
             "slurm_job_id": job.get("job_id"), "slurm_partition": job.get("job_partition")}
+
+
+def cpu_set(threads: int, policy: str | Sequence[int] | None = "auto",
+            allowed: Iterable[int] | None = None) -> list[int] | None:
+    """The fixed CPUs every process of a cell runs on (pure; ``allowed`` defaults to this
+    process's affinity, which inside a SLURM job is the job's CPUs).
+
+    ``auto``: ``threads`` CPUs of the allowed ones in order, leaving CPU 0 (interrupts,
+    housekeeping) out when there are spare CPUs; ``none``/None: no placement (the OS decides);
+    a list: exactly those CPUs, which must be allowed and number ``threads``."""
+    have = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
+    if policy is None or policy == "none":
+        return None
+    if isinstance(policy, str):
+        if policy != "auto":
+            raise LadderError(f"measure.cpus: {policy!r} is not auto, none or a list of CPUs")
+        if threads > len(have):
+            raise LadderError(f"measure.cpus auto: {threads} threads, but only {len(have)} "
+                              f"CPUs are allowed here ({have})")
+        pool = [c for c in have if c != 0] if len(have) > threads else have
+        return pool[:threads]
+    want = sorted(int(c) for c in policy)
+    if len(want) != threads:
+        raise LadderError(f"measure.cpus {want}: {len(want)} CPUs for {threads} threads "
+                          "(a cell's CPU set is sized to its thread count)")
+    if not set(want) <= set(have):
+        raise LadderError(f"measure.cpus {want}: CPUs {sorted(set(want) - set(have))} are not "
+                          f"allowed here (allowed: {have})")
+    return want
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """'0-2,5' (Cpus_allowed_list, taskset -c) -> [0, 1, 2, 5]."""
+    out: list[int] = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def task_cpus(pid: int) -> dict[int, list[int]]:
+    """Each thread of a running process and the CPUs it may run on, from
+    /proc/<pid>/task/*/status (empty when the process is gone)."""
+    out: dict[int, list[int]] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        text = _read(f"/proc/{pid}/task/{tid}/status") or ""
+        for line in text.splitlines():
+            if line.startswith("Cpus_allowed_list:"):
+                out[int(tid)] = parse_cpu_list(line.split(":", 1)[1])
+    return out

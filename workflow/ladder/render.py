@@ -112,7 +112,7 @@ def headline_lines(doc: dict[str, Any], html_path: str | Path) -> list[str]:
         check = nf.get("control_check") or {}
         dist = c.get("disturbance") or {}
         lines.append(f"ladder: {host} · {c['quant']} {c['workload']} · {c['threads']} threads "
-                     f"(noise floor {'-' if floor is None else f'±{floor * 100:.1f} %'}"
+                     f"({nf.get('text') or ('noise floor ' + ('-' if floor is None else f'±{floor * 100:.1f} %'))}"
                      + ("; " + check["text"] if check.get("passed") is False else "")
                      + (f"; {dist['remeasured']} disturbed round(s) measured again"
                         if dist.get("remeasured") else "")

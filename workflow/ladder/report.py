@@ -100,10 +100,10 @@ def thread_reconciliation(cells: Sequence[Mapping[str, Any]], ladder: Sequence[s
             rc = best[name]
             r = stats.unpaired_ratio_ci(bc["rungs"][base]["round_means"],
                                         rc["rungs"][name]["round_means"], confidence)
-            floors = [c["noise_floor"]["floor"] for c in (bc, rc)]
-            floor = None if None in floors else max(floors)
-            checks = [c["noise_floor"]["control_check"]["passed"] for c in (bc, rc)]
-            v = stats.verdict(r, floor, False if False in checks else True)
+            # different cells: Welch's interval carries both cells' round noise; a failed
+            # control check in either widens it by that cell's bias
+            bias = max((c["noise_floor"]["control_check"].get("bias") or 0.0) for c in (bc, rc))
+            v = stats.verdict(r, bc["noise_floor"].get("threshold"), bias=bias)
             same = next((x for x in rc.get("vs_floor") or [] if x["rung"] == name), None)
             rows.append({"rung": name, "threads": rc["threads"], "base_threads": bc["threads"],
                          "ratio": asdict(r), "verdict": asdict(v),
@@ -384,7 +384,7 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
             summary = stats.summarize_cell(
                 doc, plan["ladder_order"], plan.get("control"), plan.get("twin"),
                 confidence=stats_cfg["confidence"], resamples=stats_cfg["bootstrap_resamples"],
-                seed=stats_cfg["seed"])
+                seed=stats_cfg["seed"], thresholds=stats_cfg.get("threshold"))
         except LadderError as exc:
             missing.append({"file": f"bench {doc.get('quant')}/{doc.get('workload')}",
                             "problem": str(exc)})
@@ -397,11 +397,8 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
         if doc.get("auto_repetitions"):  # calibrated per rung from the warmup round's speed
             summary["repetitions_by_rung"] = doc.get("repetitions_by_rung")
             summary["auto_repetitions"] = doc["auto_repetitions"]
-        stopped = (doc.get("adaptive") or {}).get("stopped")
-        summary["adaptive"] = None if stopped is None else {
-            "why": stopped.get("why"), "open": stopped.get("open") or [],
-            "retired": stopped.get("retired") or {},
-            "confidence_per_look": doc["adaptive"].get("confidence_per_look")}
+        summary["retired"] = (doc.get("retire") or {}).get("retired") or {}
+        summary["cpus"] = doc.get("cpus")
         summary["seed"] = doc["seed"]
         summary["orders"] = doc["orders"]
         summary["workload_spec"] = doc["workload_spec"]
@@ -411,6 +408,8 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
                                           if x.get("model_n_params")), None)
         cells.append(summary)
     cells.sort(key=lambda c: (c["model"]["model"], c["quant"], c["workload"], c["threads"]))
+    multiplicity = stats.fdr_adjust(cells, stats_cfg["confidence"])
+    pooled = stats.pooled_checks(cells, stats_cfg["confidence"])
 
     rungs = []
     for pr in plan["rungs"]:
@@ -478,7 +477,8 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
             "quantizer_build_key": plan.get("quantizer_build_key"),
             "models": model_docs,
             "stats": {**dict(stats_cfg), "method": stats.METHOD,
-                      "unpaired_method": stats.UNPAIRED_METHOD},
+                      "unpaired_method": stats.UNPAIRED_METHOD, "rule": stats.RULE,
+                      "multiplicity": multiplicity, "pooled_checks": pooled},
             "tools": tool_versions(),
         },
         "rungs": rungs,

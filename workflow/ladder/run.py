@@ -12,7 +12,10 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Mapping, Sequence
+
+from ladder.machine import task_cpus
 
 
 @dataclass
@@ -28,6 +31,10 @@ class RunResult:
     # what the process got from the machine over its run (see machine_share)
     cpu_s: float = 0.0  # the tool's own user + system CPU time
     machine: dict[str, float] = field(default_factory=dict)
+    # where its threads were allowed to run, read back from /proc while it ran (cpus=...): the
+    # union over its threads and reads, and how many threads were seen
+    cpus_seen: list[int] | None = None
+    threads_seen: int = 0
 
     @property
     def signal_name(self) -> str | None:
@@ -58,9 +65,16 @@ def run(
     env: Mapping[str, str] | None = None,
     timeout_s: float | None = None,
     cwd: str | os.PathLike[str] | None = None,
+    cpus: Sequence[int] | None = None,
 ) -> RunResult:
-    """Run without a shell (config values never meet a shell), in its own process group."""
+    """Run without a shell (config values never meet a shell), in its own process group.
+
+    ``cpus``: the process (and every thread it starts) may run only there (sched_setaffinity
+    before exec, as taskset does); its threads' allowed CPUs are read back from /proc every
+    ~0.1 s while it runs (``cpus_seen``), so a caller can check the placement held."""
     full_env = {**os.environ, **(env or {})}
+    seen: set[int] = set()
+    tids: set[int] = set()
     before, self_before = cpu_jiffies(), resource.getrusage(resource.RUSAGE_SELF)
     start = time.monotonic()
     with (
@@ -70,13 +84,20 @@ def run(
     ):
         proc = subprocess.Popen(
             list(argv), stdin=devnull, stdout=out, stderr=err, env=full_env, cwd=cwd,
-            start_new_session=True, preexec_fn=_no_core_dumps,
+            start_new_session=True,
+            preexec_fn=_no_core_dumps if cpus is None else partial(_pinned, list(cpus)),
         )
         timed_out = False
         deadline = None if timeout_s is None else start + timeout_s
         status = 0
         rusage = None
+        polls = 0
         while True:
+            if cpus is not None and polls % 5 == 0:  # before reaping: a zombie still shows it
+                for tid, allowed in task_cpus(proc.pid).items():
+                    tids.add(tid)
+                    seen.update(allowed)
+            polls += 1
             pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
@@ -102,6 +123,7 @@ def run(
                               (rusage.ru_utime + rusage.ru_stime) if rusage else 0.0,
                               (self_after.ru_utime + self_after.ru_stime)
                               - (self_before.ru_utime + self_before.ru_stime)),
+        cpus_seen=sorted(seen) if cpus is not None else None, threads_seen=len(tids),
     )
 
 
@@ -148,6 +170,11 @@ def _no_core_dumps() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):  # not Linux: the timeout still kills the group
         pass
+
+
+def _pinned(cpus: list[int]) -> None:
+    os.sched_setaffinity(0, cpus)
+    _no_core_dumps()
 
 
 def _kill_group(pid: int) -> None:

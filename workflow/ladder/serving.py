@@ -267,7 +267,8 @@ def _summarize(doc: Mapping[str, Any], ladder: Sequence[str], control: str | Non
                twin: str | None, stats_cfg: Mapping[str, Any]) -> dict[str, Any]:
     return stats.summarize_cell(doc, ladder, control, twin,
                                 confidence=stats_cfg["confidence"],
-                                resamples=stats_cfg["bootstrap_resamples"], seed=stats_cfg["seed"])
+                                resamples=stats_cfg["bootstrap_resamples"], seed=stats_cfg["seed"],
+                                thresholds=stats_cfg.get("threshold"))
 
 
 def summarize_bench_point(doc: Mapping[str, Any], point: Mapping[str, Any],
@@ -333,7 +334,7 @@ def summarize_prefix(doc: Mapping[str, Any], plan: Mapping[str, Any],
     cold = {**doc, "samples": [s for s in doc["samples"] if s["kind"] == "cold"]}
     ladder_cell = _summarize(cold, plan["ladder_order"], plan.get("control"), plan.get("twin"),
                              stats_cfg)
-    floor = ladder_cell["noise_floor"]["floor"]
+    nf = ladder_cell["noise_floor"]
     cache = []
     for name in plan["ladder_order"] + ([plan["control"]] if plan.get("control") else []):
         ratios = stats.paired_ratios(doc["samples"], name, f"{name}+cache")
@@ -347,7 +348,7 @@ def summarize_prefix(doc: Mapping[str, Any], plan: Mapping[str, Any],
                  and (s["cache_n"] + s["prompt_n"]) > 0]
         cache.append({
             "rung": name, "ratio": asdict(r), "verdict": asdict(stats.verdict(
-                r, floor, ladder_cell["noise_floor"]["control_check"]["passed"])),
+                r, nf["threshold"], bias=nf["control_check"]["bias"])),
             "ttft_cold_ms": stats.rung_summary([{**s, "tokens_per_s": s["ttft_ms"]}
                                                 for s in coldr], name, stats_cfg["confidence"],
                                                stats_cfg["bootstrap_resamples"],
@@ -454,6 +455,11 @@ def serving_section(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
             out["concurrency"] = summarize_concurrency(read_json(path), plan, stats_cfg)
         except LadderError as exc:
             missing.append({"file": path, "problem": str(exc)})
+    # one Benjamini-Hochberg family for the serving experiments' comparisons
+    out["multiplicity"] = stats.fdr_adjust(
+        [p["cell"] for e in BENCH_EXPERIMENTS for p in out[e]]
+        + ([out["prefix_cache"]["cell"]] if out.get("prefix_cache") else []),
+        stats_cfg["confidence"])
     out["context_trend"] = {
         phase: advantage_along([p for p in out["context"] if p.get("phase") == phase],
                                EXPERIMENTS["context"]["axes"][phase])

@@ -15,7 +15,7 @@ rule bench:
         rungs=rung_params,
         workload=lambda wc: config["measure"]["workloads"][wc.workload],
         measure=config["measure"],
-        confidence=config["stats"]["confidence"],
-        code=code("bench", "bench", "run", "parse", "machine"),
+        thresholds=config["stats"]["threshold"],
+        code=code("bench"),
     script:
         "../../scripts/bench.py"

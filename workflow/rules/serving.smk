@@ -18,7 +18,8 @@ rule serve_bench:
         settings=config["serving"],
         seed=config["measure"]["seed"],
         disturbance=config["measure"]["disturbance"],
-        code=code("serve_bench", "bench", "run", "parse", "machine"),
+        cpus=config["measure"]["cpus"],
+        code=code("serve_bench"),
     script:
         "../../scripts/serve_bench.py"
 
@@ -42,7 +43,7 @@ rule serve_prefix:
         settings=config["serving"],
         threads=measure_threads,
         seed=config["measure"]["seed"],
-        code=code("serve_prefix", "serving", "server", "run"),
+        code=code("serve_prefix"),
     script:
         "../../scripts/serve_prefix.py"
 
@@ -65,6 +66,6 @@ rule serve_concurrency:
         settings=config["serving"],
         threads=measure_threads,
         seed=config["measure"]["seed"],
-        code=code("serve_concurrency", "serving", "run"),
+        code=code("serve_concurrency"),
     script:
         "../../scripts/serve_concurrency.py"
