@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, Mapping
 
 from ladder.errors import LadderError
@@ -25,25 +23,6 @@ from ladder.recipes import (
     select_ladder_name,
 )
 from ladder.source import source_id
-
-PACKAGE_DIR = Path(__file__).resolve().parent
-
-
-SCRIPTS_DIR = PACKAGE_DIR.parent.parent / "scripts"
-
-
-def code_hash(*modules: str, script: str | None = None) -> str:
-    """Hash of package modules (and of the rule's ``script:`` adapter), passed as a param so a
-    logic change reruns the rules using it. Content, not mtime: the profiles drop Snakemake's
-    mtime-based code trigger, which reran every script rule of a fresh clone (its files are
-    newer than results shared through resources_dir)."""
-    digest = hashlib.sha256()
-    for mod in sorted(modules):
-        digest.update((PACKAGE_DIR / f"{mod}.py").read_bytes())
-    if script:
-        digest.update((SCRIPTS_DIR / f"{script}.py").read_bytes())
-    return digest.hexdigest()[:12]
-
 
 def resolve_threads(values: list[Any], cores: int | None = None) -> list[int]:
     """Thread counts; 'all' is the host's CPU count (its facts; else this machine's)."""

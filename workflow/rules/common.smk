@@ -10,7 +10,8 @@ from ladder.machine import host_facts as local_facts
 from ladder.hosts import check_facts, hosts_from_config
 from ladder.io import read_json
 from ladder.config import check_config
-from ladder.plan import Plan, code_hash
+from ladder.codeid import code_hash
+from ladder.plan import Plan
 from ladder.serving import BENCH_EXPERIMENTS
 from ladder.machine import host_arch
 from ladder.vendor import vendor_id
@@ -46,9 +47,10 @@ wildcard_constraints:
 _PLANS = {}
 
 
-def code(script, *modules):
-    """A script rule's code identity: its adapter and the package modules it runs."""
-    return code_hash(*modules, script=script)
+def code(script):
+    """A script rule's code identity: its adapter and every package module it reaches (derived
+    from the imports, ladder.codeid)."""
+    return code_hash(script)
 
 
 def host(name):

@@ -17,18 +17,7 @@ rule dispatch:
         quants=dispatch_quants,
         settings=dispatch_settings,
         threads=dispatch_threads,
-        code=code(
-            "dispatch",
-            "dispatch",
-            "counting",
-            "parse",
-            "kernels",
-            "uprobes",
-            "debugger",
-            "lldb_driver",
-            "run",
-            "emulation",
-        ),
+        code=code("dispatch"),
     script:
         "../../scripts/dispatch.py"
 
@@ -45,7 +34,7 @@ rule ledger:
         "../../envs/ladder.yaml"
     params:
         must=config["dispatch"]["must_dispatch"],
-        code=code("ledger", "dispatch"),
+        code=code("ledger"),
     script:
         "../../scripts/ledger.py"
 
@@ -60,6 +49,6 @@ rule dispatch_gate:
     conda:
         "../../envs/ladder.yaml"
     params:
-        code=code("dispatch_gate", "dispatch"),
+        code=code("dispatch_gate"),
     script:
         "../../scripts/dispatch_gate.py"

@@ -16,6 +16,6 @@ rule evidence:
         rung=rung_summary,
         settings=config["evidence"],
         threads=measure_threads,
-        code=code("evidence", "evidence", "parse", "run"),
+        code=code("evidence"),
     script:
         "../../scripts/evidence.py"

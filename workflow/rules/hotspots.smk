@@ -16,7 +16,7 @@ rule hotspots:
         settings=hotspot_settings,
         workloads=config["measure"]["workloads"],
         threads=hotspot_threads,
-        code=code("hotspots", "hotspots", "kernels", "bench", "run"),
+        code=code("hotspots"),
     script:
         "../../scripts/hotspots.py"
 
@@ -38,6 +38,6 @@ rule kernel_tests:
         rung=rung_summary,
         quants=kernel_test_quants,
         settings=kernel_test_settings,
-        code=code("kernel_tests", "kerneltests", "run"),
+        code=code("kernel_tests"),
     script:
         "../../scripts/kernel_tests.py"

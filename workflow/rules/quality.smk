@@ -31,6 +31,6 @@ rule quality:
         settings=quality_settings,
         threads=measure_threads,
         logits_dir=paths.pattern("quality_logits"),
-        code=code("quality", "quality", "parse", "run"),
+        code=code("quality"),
     script:
         "../../scripts/quality.py"

@@ -13,16 +13,7 @@ rule host_report:
         stats=config["stats"],
         report=config["report"],
         cost=config["cost"],
-        code=code(
-            "report",
-            "report",
-            "stats",
-            "evidence",
-            "quality",
-            "dispatch",
-            "hotspots",
-            "kerneltests",
-        ),
+        code=code("report"),
     script:
         "../../scripts/report.py"
 
@@ -58,7 +49,7 @@ rule render:
     conda:
         "../../envs/ladder.yaml"
     params:
-        code=code("render", "render", "figures"),
+        code=code("render"),
     script:
         "../../scripts/render.py"
 
@@ -89,7 +80,7 @@ rule fleet:
     params:
         hosts=[h.as_dict() for h in HOSTS.values()],
         stats=config["stats"],
-        code=code("fleet", "fleet", "stats"),
+        code=code("fleet"),
     script:
         "../../scripts/fleet.py"
 

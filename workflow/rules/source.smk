@@ -30,7 +30,7 @@ rule vendor_source:
         runtime=10,
     params:
         spec=vendor_spec,
-        code=code("vendor_source", "vendor"),
+        code=code("vendor_source"),
     script:
         "../../scripts/vendor_source.py"
 
@@ -50,12 +50,7 @@ checkpoint host_facts:
         emulated=lambda wc: host(wc.host).cpu if host(wc.host).emulated else None,
         emulation=emulation_facts_settings,
         probe_dir=f"{R}/emulation",
-        code=lambda wc: code(
-            "host_facts",
-            "machine",
-            "hosts",
-            *(["emulation"] if host(wc.host).emulated else []),
-        ),
+        code=code("host_facts"),
     script:
         "../../scripts/host_facts.py"
 
@@ -72,6 +67,6 @@ rule bandwidth:
         **host_resources(runtime=20),
     params:
         probe=config["report"]["bandwidth_probe"],
-        code=code("bandwidth", "bandwidth"),
+        code=code("bandwidth"),
     script:
         "../../scripts/bandwidth.py"

@@ -1,0 +1,62 @@
+"""A rule's code identity is derived from its script's imports (issue 32)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ladder import codeid
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_report_reaches_every_module_it_imports():
+    # the hand-kept list had drifted: host_report's omitted serving and cost
+    mods = codeid.code_modules("report")
+    assert {"report", "stats", "serving", "cost", "quality", "dispatch"} <= set(mods)
+    # a module run as a program by file name (the lldb driver) counts too
+    assert "lldb_driver" in codeid.code_modules("dispatch")
+
+
+def test_every_script_rule_names_its_own_script():
+    """A rule's code param is code("<its own script>"), so its identity is derived from what it
+    runs (the content-addressed fetch and build rules are keyed by what they fetch or build)."""
+    seen = 0
+    for smk in (ROOT / "workflow" / "rules").glob("*.smk"):
+        for rule in re.split(r"\n(?=rule )", smk.read_text()):
+            script = re.search(r'script:\s*\n\s*"\.\./\.\./scripts/([a-z_]+)\.py"', rule)
+            if not script:
+                continue
+            if "code=" not in rule:
+                continue
+            seen += 1
+            assert f'code=code("{script.group(1)}")' in rule, (smk.name, rule.split(":")[0])
+    assert seen >= 15
+
+
+@pytest.fixture
+def tree(tmp_path, monkeypatch):
+    pkg, scripts = tmp_path / "ladder", tmp_path / "scripts"
+    shutil.copytree(codeid.PACKAGE_DIR, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(codeid.SCRIPTS_DIR, scripts)
+    monkeypatch.setattr(codeid, "PACKAGE_DIR", pkg)
+    monkeypatch.setattr(codeid, "SCRIPTS_DIR", scripts)
+    codeid._tree.cache_clear()
+    yield pkg
+    codeid._tree.cache_clear()
+
+
+def test_a_comment_reruns_nothing_and_a_logic_change_reruns_its_rules(tree):
+    before = {s: codeid.code_hash(s) for s in ("report", "bench", "render")}
+    cost = tree / "cost.py"
+    cost.write_text("# a comment\n" + cost.read_text().replace('"""', '"""Edited. ', 1))
+    codeid._tree.cache_clear()
+    assert {s: codeid.code_hash(s) for s in before} == before
+    cost.write_text(cost.read_text() + "\nSOMETHING = 1\n")
+    codeid._tree.cache_clear()
+    after = {s: codeid.code_hash(s) for s in before}
+    assert after["report"] != before["report"]  # the report imports cost
+    assert after["bench"] == before["bench"]  # a measurement that never reaches it
