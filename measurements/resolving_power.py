@@ -24,6 +24,10 @@ The rules (``--threshold`` δ per phase, 5 % level):
 - ``best2``: a rung's round is the faster of two processes (labels a, c against b, d), then
   ``t``; it costs twice the processes, so it is also shown at half the rounds (equal time).
 
+``--unpinned-labels c,d`` runs those labels without a CPU set: the analysis then prints the
+per-round spread of the pinned pair (a, b) beside the unpinned pair (c, d), which matters on a
+host with spare CPUs (on a 2-CPU VM a 2-thread set is the whole machine).
+
     .venv/bin/python measurements/resolving_power.py --out /tmp/rp \\
         --bin-dir resources/builds/<key>/build/bin --model resources/models/.../q4_0.gguf \\
         --model resources/models/.../q8_0.gguf --workloads pp32,pp128,tg64 --rounds-measured 24
@@ -76,21 +80,23 @@ def measure(a: argparse.Namespace) -> Path:
                     stem.parent.mkdir(parents=True, exist_ok=True)
                     argv = bench_argv(a.bin_dir, model, WORKLOADS[wl_name], a.threads, a.reps,
                                       True, [])
-                    res = run(argv, timeout_s=1800, cpus=cpus)
+                    where = None if label in a.unpinned_labels else cpus
+                    res = run(argv, timeout_s=1800, cpus=where)
                     atomic_write_text(f"{stem}.json", res.stdout)
                     if not res.ok:
                         raise SystemExit(f"{stem}: llama-bench failed: {res.failure()}")
-                    check_placement(res.cpus_seen, cpus, str(stem))
+                    check_placement(res.cpus_seen, where, str(stem))
                     rec = parse.bench_records(res.stdout, f"{stem}.json")[0]
                     samples.append({
                         "model": Path(model).name, "workload": wl_name, "round": rnd,
                         "order": pos, "label": label, "warmup": rnd == 0,
                         "tokens_per_s": float(np.mean(rec["samples_ts"])),
                         "samples_ts": rec["samples_ts"], "wall_s": round(res.wall_s, 3),
-                        "cpus": cpus, "cpus_seen": res.cpus_seen,
+                        "cpus": where, "cpus_seen": res.cpus_seen,
                         "disturbed": disturbed(res.machine, DEFAULT_DISTURBANCE),
                         "machine": res.machine})
         atomic_write_json(series_file, {"labels": labels, "threads": a.threads, "cpus": cpus,
+                                        "unpinned_labels": a.unpinned_labels,
                                         "reps": a.reps, "bin_dir": a.bin_dir,
                                         "samples": samples})
         print(f"round {rnd}/{a.rounds_measured} done", flush=True)
@@ -240,6 +246,12 @@ def analyse(a: argparse.Namespace) -> None:
               f"{n_avail} clean rounds; per-round SD of log(b/a) {sd_ab * 100:.1f} %, "
               f"of log(d/c) {float((tab[:, 3] - tab[:, 2]).std(ddof=1)) * 100:.1f} %, of "
               f"best-of-2 {float(series_of(tab, np.arange(n_avail), 'best2')[0].std(ddof=1)) * 100:.1f} %")
+        if doc.get("unpinned_labels"):
+            print(f"  placement: labels {', '.join(doc['unpinned_labels'])} ran unpinned; "
+                  f"per-round SD of log(b/a) (a, b pinned to {doc['cpus']}) {sd_ab * 100:.1f} %, "
+                  f"of log(d/c) (c, d unpinned) "
+                  f"{float((tab[:, 3] - tab[:, 2]).std(ddof=1)) * 100:.1f} %; the rules below "
+                  "then mix both placements")
         if n_avail < a.block + 2:
             print("  too few rounds")
             continue
@@ -290,6 +302,9 @@ def main() -> None:
     ap.add_argument("--labels", type=int, default=4)
     ap.add_argument("--rounds-measured", type=int, default=24)
     ap.add_argument("--cpus", default="auto", help="auto (as the workflow), none, or 0,1")
+    ap.add_argument("--unpinned-labels", default="",
+                    help="labels that run unpinned, e.g. c,d: pinned against unpinned spread "
+                         "(on a host with spare CPUs)")
     ap.add_argument("--rounds", type=int, default=12, help="rounds a judged cell has")
     ap.add_argument("--block", type=int, default=2)
     ap.add_argument("--resamples", type=int, default=400)
@@ -299,6 +314,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.cpus not in ("auto", "none"):
         a.cpus = [int(c) for c in a.cpus.split(",")]
+    a.unpinned_labels = [x for x in a.unpinned_labels.split(",") if x]
     if a.out:
         if not (a.bin_dir and a.model):
             raise SystemExit("--out measures: it needs --bin-dir and at least one --model")

@@ -165,6 +165,9 @@ def test_the_cpu_set_avoids_cpu_0_when_there_are_spare_cpus():
     assert cpu_set(2, "auto", [0, 1]) == [0, 1]  # no spare CPU: all of them
     assert cpu_set(1, "auto", [0, 1]) == [1]
     assert cpu_set(2, "none", range(4)) is None
+    # a job given 1 of a shared node's 2 CPUs, not bound to it: which is its own is unknown
+    assert cpu_set(1, "auto", [0, 1], job_cpus=1) is None
+    assert cpu_set(2, "auto", [0, 1], job_cpus=2) == [0, 1]
     assert cpu_set(2, [4, 6], range(8)) == [4, 6]
     with pytest.raises(LadderError, match=r"measure.cpus \[4\]: 1 CPUs for 2 threads"):
         cpu_set(2, [4], range(8))

@@ -108,7 +108,7 @@ def test_noise_figures_and_verdicts(report):
         assert nf["aa"]["rounds"] == 3 and nf["aa"]["sd_per_round"] is not None
         assert nf["floor"] == nf["aa"]["smallest_callable"] and nf["floor"] > 0
         assert "|control/twin - 1|" in nf["text"]
-        assert cell["cpus"] and all(s for s in cell["cpus"])  # where the cell ran
+        assert len(cell["cpus"]) == cell["threads"]  # where the cell ran: one CPU per thread
         for s in cell["steps"] + cell["vs_floor"]:
             v, r = s["verdict"], s["ratio"]
             assert v["adjusted"]  # the run's Benjamini-Hochberg step decided it
@@ -193,11 +193,14 @@ def test_the_console_shows_progress_and_the_answer(run_dir, report):
                      r"[\d.]+ tok/s", out, re.M)
     assert re.search(r"^dispatch local/gemma3-270m/\w+: cell \d+/\d+ · q4_0", out, re.M)
     assert re.search(r"^quality local/gemma3-270m/q4_0/\w+: pass \d/\d", out, re.M)
-    # the headline: one line per ladder step, each cell's floor, and where the report is
+    # the headline: the ladder table, then one line per ladder step, each cell's A/A figures,
+    # and where the report is
     steps = sum(len(c["steps"]) for c in report["cells"])
+    assert re.search(r"^render local: ladder: local · gemma3-270m: tokens/s per rung", out, re.M)
+    assert re.search(r"^render local: ladder:   Q4_0\s+pp64\s+\d\s+[\d.]+\s+[\d.]+x ▲", out, re.M)
     assert len(re.findall(r"^render local:     \w+ over \w+: ", out, re.M)) == steps
-    assert re.search(r"^render local: ladder: local · q4_0 pp64 · \d threads \(noise floor", out,
-                     re.M)
+    assert re.search(r"^render local: ladder: local · q4_0 pp64 · \d threads \(A/A \(control vs "
+                     r"native_repack\): \|control/twin - 1\|", out, re.M)
     assert "ladder: report: results/hosts/local/report/ladder.html" in out
 
 

@@ -37,7 +37,8 @@ def test_fixture_renders_standalone_html_md_and_figures(tmp_path):
     assert html.count("data:image/png;base64,") == len(pngs)  # every figure embedded
     assert not re.search(r"""(src|href)=["']https?:""", html)
     assert 'id="headline-table"' in html and 'id="ledger-table"' in html
-    assert "## Headline" in md and "](figures/ladder_q4_0_tg64_t2.png)" in md
+    assert "## The ladder" in md and "## Every cell" in md
+    assert "](figures/ladder_q4_0_tg64_t2.png)" in md and "](figures/ladder_overview.png)" in md
 
 
 def test_deltas_under_the_noise_floor_never_show_as_multipliers(doc, tmp_path):

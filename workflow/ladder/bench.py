@@ -230,7 +230,7 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
     active, status, bins = built_rungs(rungs, f"bench {quant}/{workload_name}/t{threads}",
                                        none_ok=one_build)
     cell = f"{quant}/{workload_name}/t{threads}"
-    cpu_list = cpu_set(threads, cpus)
+    cpu_list = cpu_set(threads, cpus, job_cpus=own_cpus)
     cpu_text = ",".join(map(str, cpu_list)) if cpu_list is not None else "any"
     planned = warmup_rounds + rounds
     # spare orders from the same seeded sequence, for re-measured rounds

@@ -16,6 +16,7 @@ import matplotlib.ticker
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from ladder.serving import EXPERIMENTS, LEVERS  # noqa: E402
+from ladder.stats import phase_of  # noqa: E402
 
 COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3"]
 
@@ -55,6 +56,61 @@ def ladder_bars(doc: Mapping[str, Any], cell: Mapping[str, Any], out_dir: Path) 
     return {"id": fid, "title": title, "file": _save(fig, out_dir, fid),
             "caption": f"Throughput per rung, median of {cell['rounds']} interleaved rounds with "
                        "the bootstrap CI; grey = the control (the build twice: the A/A check)."}
+
+
+def ladder_overview(doc: Mapping[str, Any], out_dir: Path) -> dict[str, Any]:
+    """The first screen's picture: per phase, tokens/s up the ladder (log scale), one line per
+    quant (its largest workload of that phase, at the most threads), each called step's ratio
+    written on its segment; a step not called is drawn dashed."""
+    fid, title = "ladder_overview", "What each rung bought, per quant and phase"
+    ladder = list(doc["ladder_order"])
+    best: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for c in doc.get("cells") or []:
+        spec = c.get("workload_spec") or {}
+        size = int(spec.get("n_prompt") or 0) + int(spec.get("n_gen") or 0)
+        key = (c.get("phase") or phase_of(spec), c["quant"])
+        have = best.get(key)
+        if have is None or (c["threads"], size) > (have["threads"], int(
+                (have.get("workload_spec") or {}).get("n_prompt") or 0)
+                + int((have.get("workload_spec") or {}).get("n_gen") or 0)):
+            best[key] = c
+    phases = [p for p in ("prefill", "decode") if any(k[0] == p for k in best)]
+    if not phases:
+        return {"id": fid, "title": title, "file": None, "why_not": "no bench cell"}
+    fig, axes = plt.subplots(1, len(phases), figsize=(4.6 * len(phases), 2.9), squeeze=False)
+    for ax, phase in zip(axes[0], phases):
+        quants = sorted(q for p, q in best if p == phase)
+        for i, quant in enumerate(quants):
+            c = best[(phase, quant)]
+            xs = [k for k, n in enumerate(ladder) if (c["rungs"].get(n) or {}).get("median")]
+            ys = [c["rungs"][ladder[k]]["median"] for k in xs]
+            color = COLORS[i % len(COLORS)]
+            ax.plot(xs, ys, marker="o", color=color, linewidth=0,
+                    label=f"{quant.upper()} {c['workload']}")
+            steps = {(s["base"], s["rung"]): s for s in c.get("steps") or []}
+            for (x0, y0), (x1, y1) in zip(zip(xs, ys), list(zip(xs, ys))[1:]):
+                s = steps.get((ladder[x0], ladder[x1]))
+                called = bool(s) and s["verdict"]["call"] in ("faster", "slower")
+                ax.plot([x0, x1], [y0, y1], color=color, linestyle="-" if called else "--",
+                        linewidth=1.6 if called else 1.0)
+                if called:
+                    ax.annotate(f"{s['ratio']['estimate']:.2g}x", ((x0 + x1) / 2,
+                                (y0 * y1) ** 0.5), fontsize=8, color=color,
+                                xytext=(4, -2 - 9 * i), textcoords="offset points")
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_xticks(range(len(ladder)), ladder, fontsize=8)
+        ax.set_xlim(-0.3, len(ladder) - 0.7)
+        ax.set_title(phase, fontsize=10)
+        ax.set_ylabel("tokens/s (median)")
+        ax.grid(alpha=0.3, which="both", axis="y")
+        ax.legend(fontsize=7, loc="upper left")
+    fig.suptitle(title, fontsize=10)
+    return {"id": fid, "title": title, "file": _save(fig, out_dir, fid),
+            "caption": "Solid segment: a step called faster or slower (its ratio written on "
+                       "it); dashed: not called (equivalent, inconclusive or not judged). "
+                       "Log scale: equal heights are equal ratios."}
 
 
 def _curve(doc: Mapping[str, Any], cells: list[Mapping[str, Any]], x_of: Any, xlabel: str,
@@ -359,6 +415,7 @@ def draw_all(doc: Mapping[str, Any], out_dir: str | Path) -> dict[str, Any]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     return {
+        "overview": ladder_overview(doc, out),
         "ladder": {f"{c['quant']}/{c['workload']}/t{c['threads']}": ladder_bars(doc, c, out)
                    for c in doc["cells"]},
         "prefill": prefill_curves(doc, out),

@@ -178,15 +178,23 @@ def host_brief(guest: Mapping[str, Any] | None = None) -> dict[str, Any]:
 
 
 def cpu_set(threads: int, policy: str | Sequence[int] | None = "auto",
-            allowed: Iterable[int] | None = None) -> list[int] | None:
+            allowed: Iterable[int] | None = None, job_cpus: int | None = None
+            ) -> list[int] | None:
     """The fixed CPUs every process of a cell runs on (pure; ``allowed`` defaults to this
     process's affinity, which inside a SLURM job is the job's CPUs).
 
     ``auto``: ``threads`` CPUs of the allowed ones in order, leaving CPU 0 (interrupts,
     housekeeping) out when there are spare CPUs; ``none``/None: no placement (the OS decides);
-    a list: exactly those CPUs, which must be allowed and number ``threads``."""
+    a list: exactly those CPUs, which must be allowed and number ``threads``.
+
+    ``job_cpus``: the CPUs a scheduler gave the job. When the job may run on more CPUs than
+    that (a SLURM node shared by several jobs, without the scheduler binding each to its own),
+    which CPUs are this job's is unknown: ``auto`` then places nothing (two jobs would otherwise
+    pick the same CPUs)."""
     have = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
     if policy is None or policy == "none":
+        return None
+    if policy == "auto" and job_cpus and job_cpus < len(have):
         return None
     if isinstance(policy, str):
         if policy != "auto":

@@ -24,6 +24,7 @@ import yaml
 
 from ladder.errors import LadderError
 from ladder.figures import draw_all
+from ladder.overview import overview
 from ladder.io import atomic_write_text, read_json
 
 WORKFLOW = Path(__file__).resolve().parent.parent
@@ -78,15 +79,17 @@ def render_all(doc_path: str | Path, out_dir: str | Path, workdir: str | Path = 
     out = Path(out_dir)
     fig_dir = out / "figures"
     figures = draw_all(doc, fig_dir)
-    drawn = [*figures["ladder"].values(), *figures["prefill"], *figures["threads"],
+    drawn = [figures["overview"], *figures["ladder"].values(), *figures["prefill"],
+             *figures["threads"],
              figures["drift"], figures["roofline"], *figures["serving"].values(),
              *([figures["hotspots"]] if figures.get("hotspots") else [])]
     uris = {f["file"]: _data_uri(fig_dir / f["file"]) for f in drawn if f["file"]}
     link_base = os.path.relpath(Path(workdir).resolve(), out.resolve()) + "/"
     env = environment("" if link_base == "./" else link_base)
-    md = env.get_template("ladder.md.j2").render(doc=doc, figures=figures)
+    ov = overview(doc)
+    md = env.get_template("ladder.md.j2").render(doc=doc, figures=figures, ov=ov)
     html = env.get_template("ladder.html.j2").render(
-        doc=doc, figures=figures, uris=uris,
+        doc=doc, figures=figures, uris=uris, ov=ov,
         rendered_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
     atomic_write_text(out / "ladder.md", md)
     atomic_write_text(out / "ladder.html", html)
@@ -98,14 +101,45 @@ def render_all(doc_path: str | Path, out_dir: str | Path, workdir: str | Path = 
             "figures": str(fig_dir)}
 
 
+def ladder_table_lines(doc: dict[str, Any], host: str) -> list[str]:
+    """The first screen in a terminal: per model, tokens/s per rung and each step's mark (the
+    report's overview table, aligned as text)."""
+    lines: list[str] = []
+    for t in overview(doc)["tables"]:
+        head = ["quant", "workload", "t"]
+        for i, r in enumerate(t["rungs"]):
+            head += [r] + (["->"] if i < len(t["rungs"]) - 1 else [])
+        rows = [head]
+        for row in t["rows"]:
+            cells = [row["quant"].upper(), row["workload"], str(row["threads"])]
+            for i, r in enumerate(t["rungs"]):
+                sp = row["speeds"].get(r)
+                cells.append(f"{sp:.1f}" if sp else row["status"].get(r, "-"))
+                if i < len(t["rungs"]) - 1:
+                    st = row["steps"].get(f"{r}>{t['rungs'][i + 1]}")
+                    cells.append("-" if not st else st["text"] + (
+                        (" ok" if st["credited"] else " not credited")
+                        if st["call"] in ("faster", "slower") else ""))
+            rows.append(cells)
+        widths = [max(len(r[k]) for r in rows) for k in range(len(head))]
+        lines.append(f"ladder: {host} · {t['model']}: tokens/s per rung; each step called "
+                     "(▲▼ with its ratio), equivalent (=) or inconclusive (?)")
+        lines += ["ladder:   " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
+                  for r in rows]
+    return lines
+
+
 def headline_lines(doc: dict[str, Any], html_path: str | Path) -> list[str]:
-    """The answer in a few terminal lines: per cell its noise floor, then one line per ladder
-    step (verdict, evidence credit, dispatch, drift flag), then where the full report is."""
+    """The answer in a few terminal lines: the ladder table, then per cell its A/A figures and
+    one line per ladder step (verdict, credit, dispatch, drift flag), then where the full
+    report is."""
     host = doc["provenance"]["host"].get("host") or "?"
     lines: list[str] = []
     emu = doc.get("emulated")
     if emu:
         lines.append(f"ladder: host {host}: evidence only (emulated, qemu -cpu {emu.get('cpu')})")
+    else:
+        lines += ladder_table_lines(doc, host)
     for c in [] if emu else doc.get("cells") or []:
         nf = c.get("noise_floor") or {}
         floor = nf.get("floor")

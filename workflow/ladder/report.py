@@ -185,45 +185,60 @@ def weight_share(ev: Mapping[str, Any] | None, model_bytes: int | None) -> dict[
 def attribution(call: str, ev: Mapping[str, Any] | None, dispatch: Mapping[str, Any] | None,
                 rung: Mapping[str, Any] | None, model_bytes: int | None = None
                 ) -> dict[str, Any]:
-    """Whether a step's gain is credited to its mechanism: only when the evidence (markers
-    present, the run ok), the ledger (the family dispatched) and the runs (no crash in any phase)
-    agree. Names the kernel path that ran, and every crash beside the gain."""
+    """Whether a step's gain is credited, and to which mechanisms: only when the evidence (the
+    run ok, markers present), the ledger (the rung's kernel family dispatched) and the runs (no
+    crash in any phase) agree. A rung that bundles several mechanisms (native ISA + repack +
+    llamafile) credits the ones that engaged and names each one that did not, with its reason
+    (no marker for this quant; the ledger saw its kernels fall back), instead of crediting
+    nothing. Names the kernel path that ran, and every crash beside the gain."""
     claims = (ev or {}).get("claims") or []
-    refused = [f"{c['mechanism']} {c['verdict']}" for c in claims if not c["credited"]]
+    # "no_*" claims say a mechanism is absent: they prove what a rung is not, credit nothing,
+    # and a refused one (e.g. AMX compiled in) means the rung is not what it says
+    own = [c for c in claims if not c["mechanism"].startswith("no_")]
+    engaged = [c["mechanism"] for c in own if c["credited"]]
+    idle = [(c["mechanism"], c["verdict"]) for c in own if not c["credited"]]
+    family = (dispatch or {}).get("family")
+    if dispatch is not None and not dispatch.get("credited") and family in engaged:
+        engaged.remove(family)  # its buffer was there, but the ledger saw its kernels fall back
+        idle.append((family, f"ledger {dispatch.get('text')}"))
+    bundle = len({c["mechanism"] for c in own}) > 1
     why: list[str] = []
     if not ev:
         why.append("no evidence run")
     elif ev.get("status") != "ok":
         why.append(f"evidence run {ev.get('status')}")
-    if refused:
-        why.append("evidence: " + "; ".join(refused))
-    if dispatch is not None and not dispatch.get("credited"):
+    why += [f"evidence: {c['mechanism']} {c['verdict']}" for c in claims
+            if not c["credited"] and (c["mechanism"].startswith("no_") or not bundle)]
+    if dispatch is not None and not dispatch.get("credited") and not bundle:
         why.append(f"ledger: {dispatch.get('text')}")
     crashes = None
     if rung and rung.get("status") in ("crashed", "failed"):
         crashes = {"status": rung["status"], "reason": rung.get("reason"), "log": rung.get("log")}
         why.append(f"the rung {rung['status']} elsewhere: {rung.get('reason')}")
+    if not engaged and not why:
+        why.append("no mechanism of the rung engaged: " + "; ".join(f"{m} {r}" for m, r in idle))
     path = (dispatch or {}).get("ran")
     weights = weight_share(ev, model_bytes)
-    # "no_*" claims say a mechanism is absent: they prove a floor, they credit nothing
-    mechanisms = [c["mechanism"] for c in claims
-                  if c["credited"] and not c["mechanism"].startswith("no_")]
-    credited = not why and bool(mechanisms)
+    credited = not why and bool(engaged)
     notes = [f"ran: {path}"] if path else []
     if weights:
         notes.append(f"extra buffers hold {weights['text']}")
-    if len(mechanisms) > 1:
-        notes.append(f"one rung bundles {', '.join(mechanisms)}; its toggle (serving) "
+    if len(engaged) > 1:
+        notes.append(f"one rung bundles {', '.join(engaged)}; its toggle (serving) "
                      "separates them")
+    not_engaged = "; ".join(f"{m} ({r})" for m, r in idle)
     tail = f" ({'; '.join(notes)})" if notes else ""
     if call not in ("faster", "slower"):
         text = "no gain called: nothing to credit" + tail
     elif credited:
-        text = f"credited to {', '.join(mechanisms)}{tail}"
+        text = (f"credited to {', '.join(engaged)}{tail}"
+                + (f"; not engaged: {not_engaged}" if not_engaged else ""))
     else:
         text = "not credited: " + "; ".join(why) + tail
     return {"credited": credited and call in ("faster", "slower"), "text": text,
-            "crashes": crashes, "path": path, "weights": weights}
+            "crashes": crashes, "path": path, "weights": weights,
+            "engaged": engaged if credited else [],
+            "not_engaged": [{"mechanism": m, "reason": r} for m, r in idle]}
 
 
 def dispatch_for(ledger_cells: Sequence[Mapping[str, Any]], rung: str, quant: str,
@@ -250,7 +265,7 @@ def dispatch_for(ledger_cells: Sequence[Mapping[str, Any]], rung: str, quant: st
     ran = ", ".join(f"{v} {n}" for v, n in sorted((fam.get("variants") or {}).items(),
                                                   key=lambda kv: -kv[1]) if n) or None
     return {"verdict": cell["verdict"], "share": cell.get("share"), "credited": credited,
-            "ran": ran,
+            "ran": ran, "family": cell.get("family"),
             "threads": cell["threads"], "workload": cell["workload"],
             "text": f"{cell['verdict']}{share}{note}"
                     + ("" if credited else

@@ -14,7 +14,7 @@ rule bench:
     params:
         rungs=rung_params,
         workload=lambda wc: config["measure"]["workloads"][wc.workload],
-        measure=config["measure"],
+        measure=bench_settings,
         thresholds=config["stats"]["threshold"],
         code=code("bench"),
     script:

@@ -464,6 +464,19 @@ def hotspot_settings(wildcards):
     return host_plan(wildcards.host).hotspot_settings()
 
 
+def hotspot_workloads(wildcards):
+    """Only the workloads this job samples: adding another reruns no hotspot job."""
+    names = set(hotspot_settings(wildcards)["workloads"].values())
+    return {n: config["measure"]["workloads"][n] for n in sorted(names)}
+
+
+def bench_settings(wildcards):
+    """One bench cell's measurement settings: measure less what names the other cells (the
+    workloads, quants and thread counts), so adding a cell re-measures no other."""
+    skip = ("workloads", "quants", "threads")
+    return {k: v for k, v in config["measure"].items() if k not in skip}
+
+
 def hotspot_threads(wildcards):
     return host_plan(wildcards.host).hotspot_threads()
 

@@ -14,7 +14,7 @@ rule hotspots:
     params:
         rung=rung_summary,
         settings=hotspot_settings,
-        workloads=config["measure"]["workloads"],
+        workloads=hotspot_workloads,
         threads=hotspot_threads,
         code=code("hotspots"),
     script:
