@@ -196,7 +196,9 @@ def attribution(call: str, ev: Mapping[str, Any] | None, dispatch: Mapping[str, 
     # and a refused one (e.g. AMX compiled in) means the rung is not what it says
     own = [c for c in claims if not c["mechanism"].startswith("no_")]
     engaged = [c["mechanism"] for c in own if c["credited"]]
-    idle = [(c["mechanism"], c["verdict"]) for c in own if not c["credited"]]
+    idle = [(c["mechanism"], c["verdict"] + (f": no {', '.join(c['missing'])} for this quant"
+                                             if c.get("missing") else ""))
+            for c in own if not c["credited"]]
     family = (dispatch or {}).get("family")
     if dispatch is not None and not dispatch.get("credited") and family in engaged:
         engaged.remove(family)  # its buffer was there, but the ledger saw its kernels fall back
@@ -226,6 +228,10 @@ def attribution(call: str, ev: Mapping[str, Any] | None, dispatch: Mapping[str, 
     if len(engaged) > 1:
         notes.append(f"one rung bundles {', '.join(engaged)}; its toggle (serving) "
                      "separates them")
+        seen = [f"{c['mechanism']}: {', '.join(c['seen'])}" for c in own
+                if c["credited"] and c.get("seen") and c["mechanism"] in engaged]
+        if seen:
+            notes.append("evidence " + "; ".join(seen))
     not_engaged = "; ".join(f"{m} ({r})" for m, r in idle)
     tail = f" ({'; '.join(notes)})" if notes else ""
     if call not in ("faster", "slower"):
