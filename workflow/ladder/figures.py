@@ -63,7 +63,8 @@ def ladder_overview(doc: Mapping[str, Any], out_dir: Path) -> dict[str, Any]:
     quant (its largest workload of that phase, at the most threads), each called step's ratio
     written on its segment; a step not called is drawn dashed."""
     fid, title = "ladder_overview", "What each rung bought, per quant and phase"
-    ladder = list(doc["ladder_order"])
+    ladder = [n for n in doc["ladder_order"]
+              if any((c["rungs"].get(n) or {}).get("median") for c in doc.get("cells") or [])]
     best: dict[tuple[str, str], Mapping[str, Any]] = {}
     for c in doc.get("cells") or []:
         spec = c.get("workload_spec") or {}
@@ -93,15 +94,15 @@ def ladder_overview(doc: Mapping[str, Any], out_dir: Path) -> dict[str, Any]:
                 called = bool(s) and s["verdict"]["call"] in ("faster", "slower")
                 ax.plot([x0, x1], [y0, y1], color=color, linestyle="-" if called else "--",
                         linewidth=1.6 if called else 1.0)
-                if called:
-                    ax.annotate(f"{s['ratio']['estimate']:.2g}x", ((x0 + x1) / 2,
-                                (y0 * y1) ** 0.5), fontsize=8, color=color,
-                                xytext=(4, -2 - 9 * i), textcoords="offset points")
+                if called:  # beside the upper end of its segment, one line per quant
+                    ax.annotate(f"{s['ratio']['estimate']:.3g}x", (x1, y1), fontsize=8,
+                                color=color, xytext=(6, -4 - 10 * i), textcoords="offset points")
         ax.set_yscale("log")
+        ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
         ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xticks(range(len(ladder)), ladder, fontsize=8)
-        ax.set_xlim(-0.3, len(ladder) - 0.7)
+        ax.set_xlim(-0.3, len(ladder) - 0.4)
         ax.set_title(phase, fontsize=10)
         ax.set_ylabel("tokens/s (median)")
         ax.grid(alpha=0.3, which="both", axis="y")
