@@ -96,7 +96,7 @@ def test_the_workflow_steps_run_in_order(tmp_path):
     overlay = yaml.safe_load((repo / "ci-inputs.yaml").read_text())
     assert overlay["measure"]["rounds"] == 3 and overlay["measure"]["quants"] == ["Q4_0"]
     text = summary.read_text()
-    assert "## Headline" in text and "pp16" in text and "tg8" in text  # the report ...
+    assert "## The ladder" in text and "pp16" in text and "tg8" in text  # the report ...
     assert "![" not in text  # (its figures live in the artifact's HTML)
     assert "# ladder compare: NEW against BASE" in text  # ... and the gate's table
     assert (repo / "compare" / "compare.json").exists()
