@@ -236,15 +236,15 @@ def verdict(r: RatioEstimate, threshold: float | None, *, bias: float = 0.0,
     if significant and shrunk >= band:
         call = "faster" if m > 0 else "slower"
         return Verdict(call, True, f"{fmt_ratio(r.estimate)} {call} ({ci}; {_fmt_p(p)}; "
-                       f"threshold ±{threshold * 100:g} %)", **common)
+                       f"threshold ±{threshold * 100:.3g} %)", **common)
     t90 = _tq(1 - 2 * alpha, df) * se + bias
     if -band <= m - t90 and m + t90 <= band:
         return Verdict("equivalent", significant,
-                       f"equivalent within ±{threshold * 100:g} % ({round((1 - 2 * alpha) * 100):g}"
+                       f"equivalent within ±{threshold * 100:.3g} % ({round((1 - 2 * alpha) * 100):g}"
                        f"% CI {fmt_ratio(math.exp(m - t90))}-{fmt_ratio(math.exp(m + t90))} "
                        f"inside it)", **common)
     if significant:
-        why = f"significant ({_fmt_p(p)}) but under the ±{threshold * 100:g} % threshold"
+        why = f"significant ({_fmt_p(p)}) but under the ±{threshold * 100:.3g} % threshold"
     elif p <= alpha:
         why = f"{_fmt_p(p)}, not significant after the multiplicity adjustment"
     else:
