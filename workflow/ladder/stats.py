@@ -506,14 +506,12 @@ def fdr_adjust(cells: Sequence[dict[str, Any]], confidence: float = 0.95) -> dic
     unique: dict[tuple[int, str, str], list[dict[str, Any]]] = {}
     for i, cell in enumerate(cells):
         for comp in list(cell.get("steps") or []) + list(cell.get("vs_floor") or []):
-            if comp["ratio"].get("p_value") is None or comp["ratio"].get("df") is None:
+            if comp["verdict"].get("p_value") is None:  # no test (too few rounds)
                 continue
             unique.setdefault((i, comp["base"], comp["rung"]), []).append(comp)
     keys = list(unique)
-    p = [_p_two_sided(max(0.0, abs(math.log(unique[k][0]["ratio"]["estimate"]))
-                          - (unique[k][0].get("bias") or 0.0)),
-                      unique[k][0]["ratio"]["se_log"], unique[k][0]["ratio"]["df"])
-         for k in keys]
+    # the cell's own verdict already tested the estimate less any control bias
+    p = [unique[k][0]["verdict"]["p_value"] for k in keys]
     rejected = benjamini_hochberg(p, q) if keys else []
     n_sel = sum(rejected)
     shown = 1 - n_sel * q / len(keys) if n_sel else None
