@@ -12,6 +12,7 @@ run_step(snakemake, lambda: write_report(
     evidence=inp.evidence, bench=inp.bench, quality=inp.quality, ledger=inp.ledger,
     bandwidth=inp.bandwidth, serving_points=inp.serving_points,
     serving_prefix=inp.serving_prefix, serving_concurrency=inp.serving_concurrency,
+    serving_load=inp.serving_load,
     hotspots=inp.hotspots, kernel_tests=inp.kernel_tests, report_cfg=snakemake.params.report, cost=snakemake.params.cost,
     out_json=snakemake.output.json,
 ))

@@ -408,6 +408,58 @@ def serving_figures(doc: Mapping[str, Any], out: Path) -> dict[str, Any]:
                                 "file": _save(fig, out, fid),
                                 "caption": "llama-server's own prompt+first-token time, median "
                                            "of the interleaved rounds (log scale)."}
+    load = srv.get("load")
+    if load and load.get("table"):
+        figs.update(load_curves(doc, load, out))
+    return figs
+
+
+def load_curves(doc: Mapping[str, Any], load: Mapping[str, Any], out: Path
+                ) -> dict[str, Any]:
+    """Latency against load per rung: p50 (solid) and p99 (dotted) TTFT and TPOT against the
+    closed-loop concurrency and against the open-loop rate, the configured limits drawn."""
+    figs: dict[str, Any] = {}
+    limits = (load.get("spec") or {}).get("limits") or {}
+    names = [n for n in dict.fromkeys([*_order(doc), *(r["rung"] for r in load["table"])])
+             if any(r["rung"] == n for r in load["table"])]
+    for kind, xkey, xlabel in (("closed", "concurrency", "concurrent streams (closed loop)"),
+                               ("open", "rate", "request rate, Poisson (requests/s)")):
+        rows = [r for r in load["table"] if r["kind"] == kind]
+        xs = sorted({r[xkey] for r in rows})
+        fid = f"serving_load_{kind}"
+        title = f"latency under load: {xlabel}"
+        if not xs:
+            continue
+        fig, axes = plt.subplots(1, 2, figsize=(10.5, 3.4), squeeze=False)
+        for ax, metric, lim in ((axes[0][0], "ttft", limits.get("ttft_ms")),
+                                (axes[0][1], "tpot", limits.get("tpot_ms"))):
+            for i, n in enumerate(names):
+                color = "#999999" if n == doc.get("control") else COLORS[i % len(COLORS)]
+                for q, style in (("p50", "-"), ("p99", ":")):
+                    ys = []
+                    for x in xs:
+                        row = next((r for r in rows if r["rung"] == n and r[xkey] == x), None)
+                        v = (row or {}).get("pooled", {}).get(f"{metric}_{q}_ms")
+                        ys.append(v if isinstance(v, (int, float)) else float("nan"))
+                    ax.plot(xs, ys, marker="o" if q == "p50" else "x", linestyle=style,
+                            color=color, label=f"{n} {q}")
+            if lim:
+                ax.axhline(lim, color="#b22222", linewidth=1, linestyle="--",
+                           label=f"limit {lim:g} ms")
+            ax.set_yscale("log")
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(f"{metric.upper()} (ms)")
+            if len(xs) == 1:
+                ax.set_xticks(xs)
+            ax.grid(alpha=0.3)
+            ax.set_title(f"{metric.upper()} p50 (solid) and p99 (dotted)", fontsize=10)
+        axes[0][1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        fig.tight_layout()
+        figs[f"load_{kind}"] = {
+            "id": fid, "title": title, "file": _save(fig, out, fid),
+            "caption": "Every request of every round pooled per rung and level (client clock); "
+                       "a failed request counts as infinitely slow, so a percentile it reaches "
+                       "is missing from the line. Dashed red: the goodput limit."}
     return figs
 
 

@@ -27,6 +27,7 @@ RESULTS: dict[str, str] = {
     "serving_point": f"{HOST}/serving/{{experiment}}/{{model}}/{{point}}/t{{threads}}.json",
     "serving_prefix": f"{HOST}/serving/prefix_cache/{{model}}.json",
     "serving_concurrency": f"{HOST}/serving/concurrency/{{model}}.json",
+    "serving_load": f"{HOST}/serving/load/{{model}}/t{{threads}}.json",
     "report_json": f"{HOST}/report/ladder.json",
     "report": f"{HOST}/report/ladder.{{ext}}",
     "figures": f"{HOST}/report/figures",

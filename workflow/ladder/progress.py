@@ -15,7 +15,7 @@ from typing import Iterable, Sequence
 
 # jobs whose time is measurement time (the rest are set-up, builds and reports)
 MEASUREMENT_RULES = ("bench", "evidence", "quality", "dispatch", "serve_bench", "serve_prefix",
-                     "serve_concurrency", "bandwidth")
+                     "serve_concurrency", "serve_load", "bandwidth")
 
 log = logging.getLogger("ladder.progress")
 

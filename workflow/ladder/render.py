@@ -43,6 +43,15 @@ def validate(doc: Any, where: str) -> None:
         raise LadderError(f"{where}: not a ladder report at {path}: {first.message[:300]}{more}")
 
 
+def _fmt_ms(x: Any) -> str:
+    """A latency in ms: "failed" (the failed requests reach that percentile) stays a word."""
+    if x is None:
+        return "-"
+    if isinstance(x, str):
+        return x
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}"
+
+
 def _fmt_tps(x: float | None) -> str:
     if x is None:
         return "-"
@@ -58,6 +67,7 @@ def environment(link_base: str) -> jinja2.Environment:
                                             default_for_string=False),
     )
     env.filters["tps"] = _fmt_tps
+    env.filters["ms"] = _fmt_ms
     env.filters["pct"] = lambda x: "-" if x is None else f"{x * 100:.1f} %"
     env.filters["mib"] = lambda d: ", ".join(f"{k} {v:.2f} MiB" for k, v in d.items()) or "-"
     env.filters["usd"] = lambda x: "-" if x is None else (f"${x:.3f}" if x < 10 else f"${x:.2f}")

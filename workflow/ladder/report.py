@@ -389,7 +389,8 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
               cost: Mapping[str, Any] | None = None, serving_points: Sequence[str] = (),
               serving_prefix: Sequence[str] = (),
               serving_concurrency: Sequence[str] = (), hotspots: Sequence[str] = (),
-              kernel_tests: Sequence[str] = ()) -> dict[str, Any]:
+              kernel_tests: Sequence[str] = (),
+              serving_load: Sequence[str] = ()) -> dict[str, Any]:
     missing: list[dict[str, str]] = []
     src = _load_first([source], missing) or {}
     host_doc = _load_first([host], missing) or {}
@@ -522,8 +523,8 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
             plan=plan, stats_cfg=stats_cfg, missing=missing,
             points=plan.get("serving_points") or [],
             point_files=serving_points, prefix=serving_prefix,
-            concurrency_files=serving_concurrency)
-        if (serving_points or serving_prefix or serving_concurrency) else None,
+            concurrency_files=serving_concurrency, load_files=serving_load)
+        if (serving_points or serving_prefix or serving_concurrency or serving_load) else None,
         "missing": missing,
     }
 
@@ -579,7 +580,7 @@ def write_report(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], sourc
                  cost: Mapping[str, Any] | None = None, serving_points: Sequence[str] = (),
                  serving_prefix: Sequence[str] = (),
                  serving_concurrency: Sequence[str] = (), hotspots: Sequence[str] = (),
-                 kernel_tests: Sequence[str] = ()) -> None:
+                 kernel_tests: Sequence[str] = (), serving_load: Sequence[str] = ()) -> None:
     """The report JSON, checked against workflow/schemas/report.schema.yaml before writing."""
     from ladder.render import validate
 
@@ -588,7 +589,7 @@ def write_report(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], sourc
                     bandwidth=bandwidth, report_cfg=report_cfg, cost=cost,
                     serving_points=serving_points, serving_prefix=serving_prefix,
                     serving_concurrency=serving_concurrency, hotspots=hotspots,
-                    kernel_tests=kernel_tests)
+                    kernel_tests=kernel_tests, serving_load=serving_load)
     doc["plan"] = dict(plan)
     validate(doc, out_json)
     atomic_write_json(out_json, doc)

@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -95,7 +96,11 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 @contextmanager
 def llama_server(bin_dir: str, model: str, *, threads: int, ctx: int, log: str,
                  port: int | None = None, env: Mapping[str, str] | None = None,
-                 args: Sequence[str] = (), ready_timeout_s: float = 120) -> Iterator[Server]:
+                 args: Sequence[str] = (), ready_timeout_s: float = 120,
+                 slots: int = 1, cpus: Sequence[int] | None = None) -> Iterator[Server]:
+    """``slots``: parallel sequences (-np; -c is split among them). ``cpus``: the server and
+    every thread it starts run only there (sched_setaffinity before exec; read it back with
+    ``machine.task_cpus(server.pid)``)."""
     exe = Path(bin_dir) / "llama-server"
     if not exe.exists():
         raise LadderError(f"{exe} does not exist: add llama-server to build.targets")
@@ -103,13 +108,15 @@ def llama_server(bin_dir: str, model: str, *, threads: int, ctx: int, log: str,
     if port_taken(port):
         raise PortTaken(f"llama-server: port {port} on 127.0.0.1 is already taken")
     argv = [str(exe), "-m", model, "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
-            "-c", str(ctx), "-np", "1", *args]
+            "-c", str(ctx), "-np", str(slots), *args]
     Path(log).parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as log_f:
         log_f.write(f"$ {' '.join(argv)}\n".encode())
         log_f.flush()
         proc = subprocess.Popen(argv, stdout=log_f, stderr=subprocess.STDOUT,
-                                env={**os.environ, **(env or {})}, start_new_session=True)
+                                env={**os.environ, **(env or {})}, start_new_session=True,
+                                preexec_fn=None if cpus is None
+                                else partial(os.sched_setaffinity, 0, list(cpus)))
     server = Server(f"http://127.0.0.1:{port}", port, proc.pid, log)
     try:
         deadline = time.monotonic() + ready_timeout_s

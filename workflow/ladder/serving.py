@@ -24,6 +24,8 @@ from ladder.machine import host_brief
 from ladder.io import atomic_write_json, atomic_write_text, read_json
 from ladder.run import run
 from ladder.server import PortTaken, llama_server
+from ladder.serveload import sentences as load_sentences
+from ladder.serveload import summarize_load
 
 FORMAT = "ladder-serving/1"
 # The llama-bench experiments, each described once: its report title and its figures' x axis
@@ -423,7 +425,8 @@ def summarize_concurrency(doc: Mapping[str, Any], plan: Mapping[str, Any],
 def serving_section(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
                     points: Sequence[Mapping[str, Any]], point_files: Sequence[str],
                     prefix: Sequence[str], concurrency_files: Sequence[str],
-                    missing: list[dict[str, str]]) -> dict[str, Any]:
+                    missing: list[dict[str, str]],
+                    load_files: Sequence[str] = ()) -> dict[str, Any]:
     out: dict[str, Any] = {e: [] for e in BENCH_EXPERIMENTS}
     out["titles"] = {e: EXPERIMENTS[e]["title"] for e in BENCH_EXPERIMENTS}
     by_key = {(p["experiment"], p["point"], int(p["threads"])): p for p in points}
@@ -455,11 +458,19 @@ def serving_section(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
             out["concurrency"] = summarize_concurrency(read_json(path), plan, stats_cfg)
         except LadderError as exc:
             missing.append({"file": path, "problem": str(exc)})
+    for path in load_files:
+        try:
+            out["load"] = summarize_load(read_json(path), plan, stats_cfg)
+        except LadderError as exc:
+            missing.append({"file": path, "problem": str(exc)})
     # one Benjamini-Hochberg family for the serving experiments' comparisons
     out["multiplicity"] = stats.fdr_adjust(
         [p["cell"] for e in BENCH_EXPERIMENTS for p in out[e]]
-        + ([out["prefix_cache"]["cell"]] if out.get("prefix_cache") else []),
+        + ([out["prefix_cache"]["cell"]] if out.get("prefix_cache") else [])
+        + ([c["cell"] for c in out["load"]["cells"]] if out.get("load") else []),
         stats_cfg["confidence"])
+    if out.get("load"):  # its sentences read the verdicts after the run's adjustment
+        out["load"]["sentences"] = load_sentences(out["load"])
     out["context_trend"] = {
         phase: advantage_along([p for p in out["context"] if p.get("phase") == phase],
                                EXPERIMENTS["context"]["axes"][phase])
@@ -491,7 +502,7 @@ def unmeasured_rungs(section: Mapping[str, Any]) -> list[dict[str, Any]]:
                               if st.get("status") not in (None, "measured")), None)
                 status = {p["base"]: first} if first else {}
             note(status, f"{exp} {p['point']} t{p['threads']}")
-    for exp in ("prefix_cache", "concurrency"):
+    for exp in ("prefix_cache", "concurrency", "load"):
         if section.get(exp):
             note(section[exp].get("rung_status") or {}, exp)
     return sorted(found.values(), key=lambda e: (e["rung"], e["status"]))

@@ -546,7 +546,25 @@ def serving_plan_files(wildcards):
             if cfg["concurrency"]["enabled"]
             else []
         ),
+        "serving_load": (
+            [
+                paths.result(
+                    "serving_load",
+                    host=host,
+                    model=m,
+                    threads=measure_threads(wildcards),
+                )
+                for m, _ in models
+            ]
+            if cfg["load"]["enabled"]
+            else []
+        ),
     }
+
+
+def load_settings(wildcards):
+    """The load experiment's own settings (the other serving experiments' are not its inputs)."""
+    return config["serving"]["load"]
 
 
 def serving_inputs(wildcards):

@@ -69,3 +69,28 @@ rule serve_concurrency:
         code=code("serve_concurrency"),
     script:
         "../../scripts/serve_concurrency.py"
+
+
+# Serving under load: llama-server per rung under ladder's load generator, rungs in turns.
+rule serve_load:
+    input:
+        unpack(serving_inputs),
+    output:
+        json=paths.pattern("serving_load"),
+        raw=directory(paths.beside("serving_load", ".raw")),
+    log:
+        "logs/{host}/serving/load/{model}/t{threads}.log",
+    conda:
+        "../../envs/ladder.yaml"
+    threads: host_threads
+    resources:
+        **host_resources(mem_mb=6000, runtime=120),
+    params:
+        rungs=rung_params,
+        settings=load_settings,
+        rounds=config["serving"]["rounds"],
+        seed=config["measure"]["seed"],
+        cpus=config["measure"]["cpus"],
+        code=code("serve_load"),
+    script:
+        "../../scripts/serve_load.py"

@@ -1,0 +1,369 @@
+"""A small load generator for llama-server: streamed requests, closed-loop and open-loop load,
+and the per-request metrics of vLLM's serving benchmark.
+
+Why not the field's generators (README "Serving under load"): guidellm needs torch,
+transformers and datasets; aiperf pins pandas 2 and huggingface_hub < 2 (ladder uses 3 and 2);
+llama-benchy tokenizes with transformers (a model-hub download). This client sends token-ID
+prompts (no tokenizer), to 127.0.0.1 only, with aiohttp.
+
+Per request (client clock, ``time.perf_counter``):
+
+* TTFT: from sending the request to the first streamed token;
+* ITL: every gap between consecutive streamed tokens;
+* TPOT: (end to end - TTFT) / (output tokens - 1), for requests with more than one token;
+* E2EL: from sending to the last chunk.
+
+A level's throughput is over its duration (first send to last completion). A failed or timed-out
+request stays in every denominator: it counts as infinitely slow in the TTFT, TPOT and E2EL
+percentiles (a p99 with over 1 % failures reads "failed") and never meets a goodput limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Awaitable, Callable, Mapping, Sequence
+from urllib.parse import urlsplit
+
+import aiohttp
+import numpy as np
+
+from ladder.errors import LadderError
+
+# token IDs the prompts are drawn from: ordinary vocabulary of every model ladder ships (well
+# above the special and byte tokens at the start of SentencePiece/BPE vocabularies)
+TOKEN_RANGE = (1000, 20000)
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass
+class Request:
+    """One streamed request and what came back. Times are seconds from the level's origin."""
+
+    index: int
+    level: str
+    prompt_tokens: int
+    n_predict: int
+    scheduled_s: float | None = None
+    sent_s: float | None = None
+    token_s: list[float] = field(default_factory=list)
+    end_s: float | None = None
+    output_tokens: int = 0
+    tokens: list[int] = field(default_factory=list)
+    timings: dict[str, Any] | None = None
+    status: str = "pending"  # ok, failed, timeout, not sent
+    error: str | None = None
+    turn: int | None = None
+    conversation: int | None = None
+
+    def record(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("tokens")
+        out.update(metrics(self))
+        return out
+
+
+def metrics(r: Request) -> dict[str, Any]:
+    """vLLM's per-request definitions (module docstring); None where not defined."""
+    ok = r.status == "ok" and r.sent_s is not None and r.token_s
+    ttft = (r.token_s[0] - r.sent_s) * 1000 if ok else None
+    e2el = ((r.end_s or r.token_s[-1]) - r.sent_s) * 1000 if ok else None
+    tpot = ((e2el - ttft) / (r.output_tokens - 1)
+            if ok and r.output_tokens > 1 and e2el is not None and ttft is not None else None)
+    itl = [(b - a) * 1000 for a, b in zip(r.token_s, r.token_s[1:])]
+    return {"ttft_ms": ttft, "tpot_ms": tpot, "e2el_ms": e2el, "itl_ms": itl,
+            "check": server_check(r, ttft)}
+
+
+def server_check(r: Request, ttft_ms: float | None) -> dict[str, Any] | None:
+    """The client's figures against the server's own ``timings``: the token count must agree,
+    and the client's TTFT must cover the server's prefill (it adds the queue and the wire)."""
+    t = r.timings
+    if not t or r.status != "ok":
+        return None
+    prompt_ms = float(t.get("prompt_ms") or 0.0)
+    return {"predicted_n": t.get("predicted_n"), "prompt_n": t.get("prompt_n"),
+            "cache_n": t.get("cache_n"), "prompt_ms": prompt_ms,
+            "predicted_ms": t.get("predicted_ms"),
+            "tokens_agree": t.get("predicted_n") == r.output_tokens,
+            # 1 ms of slack: the server rounds its timings to microseconds
+            "ttft_covers_prefill": ttft_ms is not None and ttft_ms + 1.0 >= prompt_ms}
+
+
+def prompt_ids(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(*TOKEN_RANGE) for _ in range(n)]
+
+
+def check_local(url: str) -> None:
+    host = urlsplit(url).hostname
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        raise LadderError(f"load generator: {url} is not on 127.0.0.1; ladder loads only a "
+                          "server it started on this host")
+
+
+async def stream(session: aiohttp.ClientSession, url: str, req: Request, body: dict[str, Any],
+                 origin: float, timeout_s: float) -> Request:
+    """POST ``body`` to llama-server's /completion with streaming on; fill ``req`` in place."""
+    body = {**body, "stream": True, "return_tokens": True}
+    req.sent_s = time.perf_counter() - origin
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with session.post(url + "/completion", json=body) as resp:
+                if resp.status != 200:
+                    text = (await resp.text())[:300]
+                    raise LadderError(f"HTTP {resp.status}: {text}")
+                async for raw in resp.content:
+                    line = raw.decode(errors="replace").strip()
+                    if not line.startswith("data:"):
+                        continue
+                    chunk = json.loads(line[5:])
+                    now = time.perf_counter() - origin
+                    if "error" in chunk:
+                        raise LadderError(f"server error: {chunk['error']}")
+                    toks = chunk.get("tokens") or []
+                    if toks:
+                        req.token_s.extend([now] * len(toks))
+                        req.tokens.extend(int(t) for t in toks)
+                        req.output_tokens += len(toks)
+                    if chunk.get("stop"):
+                        req.timings = chunk.get("timings")
+                        req.end_s = now
+                        break
+        if req.end_s is None:
+            raise LadderError("the stream ended without a final chunk")
+        req.status = "ok"
+    except TimeoutError:
+        req.status, req.error = "timeout", f"no complete reply within {timeout_s:g} s"
+    except (aiohttp.ClientError, LadderError, ValueError, ConnectionError) as exc:
+        req.status, req.error = "failed", f"{type(exc).__name__}: {exc}"[:300]
+    if req.status != "ok" and req.end_s is None:
+        req.end_s = time.perf_counter() - origin
+    return req
+
+
+Body = Callable[[int], dict[str, Any]]
+
+
+def _session() -> aiohttp.ClientSession:
+    """A connection per request (no keep-alive, as vLLM's client): llama-server closes a
+    streamed response's connection, and a pooled one would fail the next request's write."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True))
+
+
+async def closed_loop(url: str, level: str, body: Body, *, concurrency: int, requests: int,
+                      timeout_s: float, max_s: float) -> tuple[list[Request], float]:
+    """``concurrency`` clients, each sending its next request when its last one finished."""
+    check_local(url)
+    reqs = [Request(i, level, len(body(i)["prompt"]), body(i)["n_predict"])
+            for i in range(requests)]
+    queue = list(range(requests))
+    origin = time.perf_counter()
+    async with _session() as session:
+        async def client() -> None:
+            while queue:
+                i = queue.pop(0)
+                if time.perf_counter() - origin > max_s:
+                    reqs[i].status, reqs[i].error = "not sent", f"level over its {max_s:g} s"
+                    continue
+                await stream(session, url, reqs[i], body(i), origin, timeout_s)
+
+        await asyncio.gather(*(client() for _ in range(concurrency)))
+    return reqs, time.perf_counter() - origin
+
+
+def poisson_schedule(rate: float, requests: int, seed: int) -> list[float]:
+    """Arrival times (s) of a Poisson process at ``rate`` requests/s: exponential gaps."""
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(requests):
+        out.append(t)
+        t += rng.expovariate(rate)
+    return out
+
+
+async def open_loop(url: str, level: str, body: Body, *, rate: float, requests: int, seed: int,
+                    timeout_s: float, max_s: float) -> tuple[list[Request], float]:
+    """Requests sent at Poisson arrival times whatever the server's state (it queues them)."""
+    check_local(url)
+    when = poisson_schedule(rate, requests, seed)
+    reqs = [Request(i, level, len(body(i)["prompt"]), body(i)["n_predict"], scheduled_s=when[i])
+            for i in range(requests)]
+    origin = time.perf_counter()
+    async with _session() as session:
+        async def one(i: int) -> None:
+            delay = when[i] - (time.perf_counter() - origin)
+            if delay > 0:
+                await asyncio.sleep(delay)
+            left = max_s - (time.perf_counter() - origin)
+            if left <= 0:
+                reqs[i].status, reqs[i].error = "not sent", f"level over its {max_s:g} s"
+                return
+            await stream(session, url, reqs[i], body(i), origin, min(timeout_s, left))
+
+        await asyncio.gather(*(one(i) for i in range(requests)))
+    return reqs, time.perf_counter() - origin
+
+
+async def conversation(url: str, level: str, *, conv: int, turns: int, turn_tokens: int,
+                       n_gen: int, cache: bool, slot: int | None, seed: int,
+                       timeout_s: float) -> list[Request]:
+    """An agent's multi-turn conversation: each turn sends the whole history (earlier turns'
+    prompts and the model's own replies, as token IDs) plus ``turn_tokens`` new ones, so the
+    turns share a growing prefix the server may reuse (``cache_prompt``)."""
+    check_local(url)
+    rng = random.Random(seed)
+    history: list[int] = []
+    out = []
+    origin = time.perf_counter()
+    async with _session() as session:
+        for turn in range(turns):
+            prompt = history + prompt_ids(rng, turn_tokens)
+            req = Request(turn, level, len(prompt), n_gen, turn=turn, conversation=conv)
+            body: dict[str, Any] = {"prompt": prompt, "n_predict": n_gen, "ignore_eos": True,
+                                    "temperature": 0, "cache_prompt": cache}
+            if slot is not None:
+                body["id_slot"] = slot
+            await stream(session, url, req, body, origin, timeout_s)
+            out.append(req)
+            if req.status != "ok":
+                break  # a conversation cannot go on without the reply
+            history = prompt + req.tokens
+    return out
+
+
+def run(coro: Awaitable[Any]) -> Any:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+# --- a level's summary -------------------------------------------------------------------------
+FAILED = "failed"  # a percentile that the failed requests reach (JSON has no infinity)
+
+
+def _pct(values: Sequence[float], q: float) -> float | str | None:
+    """Percentile (numpy's linear, as vLLM); "failed" when the failed requests (infinitely
+    slow) reach it; None when there are no values."""
+    if not values:
+        return None
+    arr = np.sort(np.asarray(values, dtype=float))
+    # the rank the linear percentile reads: if it or its upper neighbour is a failure, the
+    # percentile is one
+    pos = (len(arr) - 1) * q / 100
+    if not math.isfinite(arr[min(int(math.ceil(pos)), len(arr) - 1)]):
+        return FAILED
+    return float(np.percentile(arr, q))
+
+
+def summarize(records: Sequence[Mapping[str, Any]], duration_s: float,
+              limits: Mapping[str, float | None]) -> dict[str, Any]:
+    """One level's metrics from its request records (``Request.record()``)."""
+    n = len(records)
+    ok = [r for r in records if r["status"] == "ok"]
+    out: dict[str, Any] = {"requests": n, "completed": len(ok),
+                           "failed": sum(r["status"] == "failed" for r in records),
+                           "timeout": sum(r["status"] == "timeout" for r in records),
+                           "not_sent": sum(r["status"] == "not sent" for r in records),
+                           "duration_s": duration_s}
+    for key in ("ttft_ms", "tpot_ms", "e2el_ms"):
+        # failed requests are infinitely slow; an ok request without the metric (one token:
+        # no TPOT) is left out of that metric only
+        vals = [math.inf if r["status"] != "ok" else r[key] for r in records
+                if r["status"] != "ok" or r[key] is not None]
+        for q in PERCENTILES:
+            out[f"{key[:-3]}_p{q}_ms"] = _pct(vals, q)
+        fin = [v for v in vals if math.isfinite(v)]
+        out[f"{key[:-3]}_mean_ms"] = float(np.mean(fin)) if fin else None
+    itl = [g for r in records for g in r["itl_ms"]]
+    for q in PERCENTILES:
+        out[f"itl_p{q}_ms"] = _pct(itl, q)
+    out_tokens = sum(r["output_tokens"] for r in ok)
+    out["output_tokens"] = out_tokens
+    out["output_tokens_per_s"] = out_tokens / duration_s if duration_s > 0 else None
+    out["requests_per_s"] = len(ok) / duration_s if duration_s > 0 else None
+    good = [r for r in ok if meets(r, limits)]
+    out["good"] = len(good)
+    out["goodput_rps"] = len(good) / duration_s if duration_s > 0 else None
+    out["good_share"] = len(good) / n if n else None
+    checks = [r["check"] for r in ok if r.get("check")]
+    out["server_check"] = {
+        "requests": len(checks),
+        "tokens_disagree": sum(not c["tokens_agree"] for c in checks),
+        "ttft_below_prefill": sum(not c["ttft_covers_prefill"] for c in checks)}
+    return out
+
+
+def meets(r: Mapping[str, Any], limits: Mapping[str, float | None]) -> bool:
+    """A request is good when it completed and met every configured limit (vLLM's goodput)."""
+    if r["status"] != "ok":
+        return False
+    for key in ("ttft_ms", "tpot_ms", "e2el_ms"):
+        lim = limits.get(key)
+        if lim is not None and r.get(key) is not None and r[key] > lim:
+            return False
+    return True
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """llama-server's Prometheus /metrics: ``llamacpp:*`` samples by name."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("llamacpp:"):
+            name, _, value = line.partition(" ")
+            try:
+                out[name.split(":", 1)[1]] = float(value)
+            except ValueError:
+                continue
+    return out
+
+
+async def sample_metrics(url: str, every_s: float, stop: asyncio.Event,
+                         into: list[dict[str, float]]) -> None:
+    """Poll /metrics while a level runs (requests deferred and processing over time)."""
+    check_local(url)
+    t0 = time.perf_counter()
+    async with aiohttp.ClientSession() as session:
+        while not stop.is_set():
+            try:
+                async with asyncio.timeout(2):
+                    async with session.get(url + "/metrics") as resp:
+                        if resp.status == 200:
+                            into.append({"t_s": time.perf_counter() - t0,
+                                         **parse_metrics(await resp.text())})
+            except (TimeoutError, aiohttp.ClientError, ConnectionError):
+                pass
+            try:
+                await asyncio.wait_for(stop.wait(), every_s)
+            except TimeoutError:
+                pass
+
+
+async def with_metrics(url: str, every_s: float,
+                       work: Awaitable[Any]) -> tuple[Any, list[dict[str, float]]]:
+    """Run ``work`` while polling the server's /metrics."""
+    seen: list[dict[str, float]] = []
+    stop = asyncio.Event()
+    poll = asyncio.ensure_future(sample_metrics(url, every_s, stop, seen))
+    try:
+        result = await work
+    finally:
+        stop.set()
+        await poll
+    return result, seen
+
+
+def metrics_brief(seen: Sequence[Mapping[str, float]]) -> dict[str, Any]:
+    """What the report keeps of a level's /metrics samples: peaks, and the last totals."""
+    if not seen:
+        return {"samples": 0}
+    last = seen[-1]
+    return {"samples": len(seen),
+            "requests_deferred_max": max(s.get("requests_deferred", 0) for s in seen),
+            "requests_processing_max": max(s.get("requests_processing", 0) for s in seen),
+            "n_busy_slots_per_decode_max": max(s.get("n_busy_slots_per_decode", 0)
+                                               for s in seen),
+            "prompt_tokens_cached_total": last.get("prompt_tokens_cached_total"),
+            "prompt_tokens_total": last.get("prompt_tokens_total"),
+            "tokens_predicted_total": last.get("tokens_predicted_total")}
