@@ -13,7 +13,7 @@ run_step(snakemake, lambda: measure(
     round_statistic=m["round_statistic"], seed=m["seed"],
     warmup=m["warmup"], timeout_s=m["timeout_s"], disturbance=m.get("disturbance"),
     retire=m["retire"], cpus=m["cpus"], auto_repetitions=m.get("auto_repetitions"),
-    thresholds=snakemake.params.thresholds, raw_dir=snakemake.output.raw,
+    thresholds=m["retire"]["threshold"], raw_dir=snakemake.output.raw,
     out_json=snakemake.output.samples, log=snakemake.log[0], warmup_rounds=m["warmup_rounds"],
     own_cpus=snakemake.threads,  # the job's CPUs (a shared SLURM node: fewer than the node's)
 ))

@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_report_reaches_every_module_it_imports():
     # the hand-kept list had drifted: host_report's omitted serving and cost
     mods = codeid.code_modules("report")
-    assert {"report", "stats", "serving", "cost", "quality", "dispatch"} <= set(mods)
+    assert {"report", "stats", "servingview", "loadview", "cost", "quality",
+            "dispatch"} <= set(mods)
     # a module run as a program by file name (the lldb driver) counts too
     assert "lldb_driver" in codeid.code_modules("dispatch")
 
@@ -60,3 +61,34 @@ def test_a_comment_reruns_nothing_and_a_logic_change_reruns_its_rules(tree):
     after = {s: codeid.code_hash(s) for s in before}
     assert after["report"] != before["report"]  # the report imports cost
     assert after["bench"] == before["bench"]  # a measurement that never reaches it
+
+
+MEASURING = ("bench", "serve_bench", "serve_load", "serve_prefix", "serve_concurrency")
+ANALYSIS = {"stats", "servingview", "loadview", "report", "figures", "render", "overview",
+            "fleet", "compare", "cost"}
+
+
+def test_a_measurement_never_reaches_the_analysis():
+    """What is measured is keyed by what measures it: the binary, model, workload, threads, CPU
+    set and the protocol (``ladder.protocol``, its VERSION included); the statistics and the
+    report are analysis, re-run from the kept samples."""
+    for script in MEASURING:
+        mods = set(codeid.code_modules(script))
+        assert "protocol" in mods, script
+        assert not mods & ANALYSIS, (script, sorted(mods & ANALYSIS))
+    assert "protocol" in codeid.code_modules("report")  # the analysis reads the same protocol
+
+
+def test_a_changed_statistic_reruns_the_analysis_not_the_measurement(tree):
+    before = {s: codeid.code_hash(s) for s in ("report", *MEASURING)}
+    stats = tree / "stats.py"
+    stats.write_text(stats.read_text().replace("POWER = 0.80", "POWER = 0.90"))
+    codeid._tree.cache_clear()
+    after = {s: codeid.code_hash(s) for s in before}
+    assert after["report"] != before["report"]
+    assert all(after[s] == before[s] for s in MEASURING)
+    proto = tree / "protocol.py"  # a new protocol version re-measures every cell
+    proto.write_text(proto.read_text().replace("VERSION = 1", "VERSION = 2"))
+    codeid._tree.cache_clear()
+    bumped = {s: codeid.code_hash(s) for s in before}
+    assert all(bumped[s] != after[s] for s in MEASURING)

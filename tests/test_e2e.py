@@ -232,6 +232,28 @@ def test_changing_one_rung_reruns_only_what_includes_it(run_dir, tmp_path):
     assert "fetch_model" not in counts and "fetch_source" not in counts
 
 
+def test_a_cell_reruns_only_for_its_own_settings(run_dir, tmp_path):
+    """Issue 32: a job's params hold only its own cell's settings. An added workload measures
+    its new cells only; a changed workload re-measures its own cells only; a statistic, the
+    report or the serving experiments' settings re-measure no bench cell."""
+    cfg = yaml.safe_load(E2E_CONFIG.read_text())
+    cfg["measure"]["workloads"]["pp24"] = {"n_prompt": 24, "n_gen": 0}
+    cfg["measure"]["workloads"]["tg16"] = {"n_prompt": 0, "n_gen": 12}
+    cfg["stats"] = {**(cfg.get("stats") or {}), "threshold": {"prefill": 0.07, "decode": 0.03}}
+    cfg["serving"]["load"]["requests"] = 4
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    res = snakemake(run_dir, "-n", config=changed)
+    assert res.returncode == 0, res.stderr
+    benches = re.findall(r"wildcards: host=local, model=gemma3-270m, quant=(\w+), "
+                         r"workload=(\w+), threads=(\d+)", res.stdout)
+    jobs = list(benches)
+    # pp24 (new) and tg16 (changed) at 1 and 2 threads; pp16 and pp64 keep their cells
+    assert sorted(w for _, w, _ in jobs) == ["pp24", "pp24", "tg16", "tg16"], jobs
+    assert "rule serve_load:" in res.stdout  # its own settings changed
+    assert "rule serve_bench:" not in res.stdout and "rule quality:" not in res.stdout
+
+
 def test_single_rung_target(run_dir):
     res = snakemake(run_dir, f"{HOST}/rungs/native_repack.json")
     assert res.returncode == 0, res.stderr[-3000:]
@@ -611,6 +633,98 @@ def test_concurrency_sweep(report):
     for p in cc["points"]:
         assert p["cell"]["rungs"]["native_repack"]["median"] > 0
         assert p["latency_s"]["floor"] > 0
+
+
+def test_serving_under_load_per_request_records(report, run_dir):
+    """A real llama-server per rung: every request kept, its metrics consistent with the
+    server's own timings, the pooled percentiles with the records they come from."""
+    from ladder import loadgen
+
+    ld = report["serving"]["load"]
+    spec = ld["spec"]
+    doc = json.loads((run_dir / HOST / "serving" / "load" / "gemma3-270m"
+                      / f"t{ld['threads']}.json").read_text())
+    measured = {n for n, st in doc["rungs"].items() if st["status"] == "measured"}
+    assert {"floor", "native_repack", "control"} <= measured
+    assert [lv["level"] for lv in doc["levels_planned"]] == [
+        "c1", "c2", "r4", "agent-cache", "agent-nocache"]
+    for row in ld["table"]:
+        p = row["pooled"]
+        assert p["requests"] == doc["rounds"] * spec["requests"] == p["completed"], row["rung"]
+        assert p["ttft_p50_ms"] <= p["ttft_p90_ms"] <= p["ttft_p99_ms"] <= p["e2el_p99_ms"]
+        assert p["server_check"] == {"requests": p["requests"], "tokens_disagree": 0,
+                                     "ttft_below_prefill": 0}
+    ok = [r for r in doc["requests"] if r["status"] == "ok"]
+    assert len(ok) == len(doc["requests"])
+    for r in ok:  # the client's token count is the server's; TTFT covers its prefill
+        assert r["check"]["predicted_n"] == r["output_tokens"] == r["n_predict"]
+        assert r["check"]["prompt_n"] + r["check"]["cache_n"] >= r["prompt_tokens"]
+        assert r["ttft_ms"] + 1 >= r["check"]["prompt_ms"]
+    for row in doc["levels"]:  # each stored summary is what its records give
+        recs = [r for r in doc["requests"] if (r["rung"], r["round"], r["level"])
+                == (row["rung"], row["round"], row["level"])]
+        assert loadgen.summarize(recs, row["duration_s"], spec["limits"]) == row["summary"]
+        assert row["cpus_seen"] and row["server_metrics"]["samples"] >= 1
+    # the agent's later turns reuse the history with caching on, and never with it off
+    later = [r for r in ok if r.get("turn")]
+    assert all(r["check"]["cache_n"] > 0 for r in later if r["level"] == "agent-cache")
+    assert all(r["check"]["cache_n"] == 0 for r in later if r["level"] == "agent-nocache")
+    md = (run_dir / HOST / "report" / "ladder.md").read_text()
+    assert "### Serving under load (llama-server)" in md and "goodput req/s" in md
+    assert (run_dir / HOST / "report" / "figures" / "serving_load_closed.png").is_file()
+    assert "Offline throughput view: llama-batched-bench" in md
+
+
+def test_a_server_killed_mid_load_is_named_and_counted(report, run_dir, tmp_path):
+    import threading
+    import time
+
+    from ladder.serveload import measure_load
+
+    builds = {r["name"]: r["build_key"] for r in report["rungs"]}
+    rungs = [{"name": n, "provenance": str(shared_resources() / "builds" / builds[b]
+                                           / "provenance.json"),
+              "runtime": {}, "env": {}, "common_argv": []}
+             for n, b in (("floor", "floor"), ("native_repack", "native_repack"),
+                          ("control", "native_repack"))]
+    meta = next(m for m in report["provenance"]["models"] if m["quant"].lower() == "q4_0")
+    model = tmp_path / "model.json"
+    model.write_text(json.dumps({"path": str(run_dir / meta["path"]), "quant": "Q4_0"}))
+    raw = tmp_path / "raw"
+    stop = threading.Event()
+
+    def killer() -> None:  # after 2 warmup + 3 c1 + 1 c2 requests of native_repack's server
+        while not stop.is_set():
+            for log in raw.glob("*-native_repack.server.log"):
+                text = log.read_text(errors="replace")
+                if text.count("stop processing") >= 6:
+                    port = re.search(r"--port (\d+)", text).group(1)
+                    subprocess.run(["pkill", "-9", "-f", f"llama-server.*--port {port} "])
+                    return
+            time.sleep(0.02)
+
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    settings = {"load": {"n_prompt": 8, "n_gen": 4, "concurrency": [1, 2], "rates": [],
+                         "requests": 3, "request_timeout_s": 20, "level_max_s": 60,
+                         "limits": {"ttft_ms": None, "tpot_ms": None, "e2el_ms": None},
+                         "agent": {"enabled": False}, "server_args": [],
+                         "metrics_every_s": 0.5, "ready_timeout_s": 60}}
+    try:
+        doc = measure_load(rungs=rungs, model_meta=str(model), settings=settings, threads=1,
+                           rounds=1, seed=1, raw_dir=str(raw), out_json=str(tmp_path / "o.json"))
+    finally:
+        stop.set()
+        t.join(5)
+    st = doc["rungs"]["native_repack"]
+    assert st["status"] == "crashed" and "llama-server died during level c2" in st["reason"]
+    c2 = next(r for r in doc["levels"] if (r["rung"], r["level"]) == ("native_repack", "c2"))
+    assert c2["summary"]["requests"] == 3  # sent and failed requests stay in the denominators
+    assert c2["summary"]["failed"] + c2["summary"]["timeout"] >= 1
+    for other in ("floor", "control"):
+        assert doc["rungs"][other]["status"] == "measured"
+        assert {r["level"] for r in doc["levels"] if r["rung"] == other} == {"c1", "c2"}
+    assert subprocess.run(["pgrep", "-f", "llama-server"], capture_output=True).returncode == 1
 
 
 def test_no_server_left_running(run_dir):

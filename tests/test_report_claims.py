@@ -11,7 +11,7 @@ import pytest
 
 from ladder import stats
 from ladder.report import attribution, dispatch_for, weight_share
-from ladder.serving import unmeasured_rungs
+from ladder.servingview import unmeasured_rungs
 
 DOC = json.loads((Path(__file__).parent / "fixtures" / "report" / "ladder.json").read_text())
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from ladder.errors import LadderError
-from ladder.serving import bench_points, lever_sentence, toggle_variant
+from ladder.experiments import bench_points, toggle_variant
+from ladder.servingview import lever_sentence
 
 CFG = {
     "context": {"enabled": True, "prompts": [512, 1024], "depths": [0, 512], "n_gen": 16},
@@ -73,7 +74,7 @@ def _step(base, rung, est, lo, hi, call):
 
 
 def test_the_context_sweep_says_where_an_advantage_shrinks_or_inverts():
-    from ladder.serving import advantage_along
+    from ladder.servingview import advantage_along
 
     def pts(*steps):
         return [{"x": x, "cell": {"steps": [s]}} for x, s in steps]
@@ -93,7 +94,7 @@ def test_the_context_sweep_says_where_an_advantage_shrinks_or_inverts():
 
 
 def test_lever_memory_is_each_settings_peak_rss_against_the_baseline():
-    from ladder.serving import lever_memory
+    from ladder.servingview import lever_memory
 
     cell = {"rungs": {"f16": {"peak_rss_kib": 409600}, "q8_0": {"peak_rss_kib": 399360},
                       "q4_0": {}}}

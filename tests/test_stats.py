@@ -289,3 +289,36 @@ def test_the_round_statistic_takes_a_rounds_repetitions():
     assert cell["steps"][0]["ratio"]["per_round"] == pytest.approx([24 / 20, 23 / 11])
     with pytest.raises(LadderError, match="round_statistic 'fastest'"):
         stats.summarize_cell({**doc, "round_statistic": "fastest"}, ["a", "b"], None, None)
+
+
+def test_the_remeasure_loop_without_processes(monkeypatch, tmp_path):
+    """bench.measure_round (pyperf's split: the loop apart from the process runs): a disturbed
+    attempt is kept and marked, the round measured again in a spare order, and a round still
+    disturbed after max_remeasure is unresolved; retired rungs are left out of the new order."""
+    from ladder import bench
+
+    policy = bench.make_policy(rounds=5, reps=1, warmup=True, timeout_s=1, warmup_rounds=1,
+                               disturbance={"max_remeasure": 2}, retire=None, thresholds=None,
+                               round_statistic="mean", cpus="none", threads=1,
+                               workload={"n_prompt": 8}, auto_repetitions=None, own_cpus=None)
+    cell = bench.Cell(name="q/pp8/t1", quant="q", workload_name="pp8", rungs=[], status={},
+                      bins={}, model={}, workload={"n_prompt": 8}, threads=1, raw=tmp_path,
+                      reps_by={}, brief={})
+    cell.retired = {"floor": 3}
+    script = iter([["x: busy"], ["x: busy"], [], ["y: busy"], ["y: busy"], ["y: busy"]])
+    orders: list[list[str]] = []
+
+    def fake_round(cell_, policy_, rnd, attempt, order):
+        orders.append(list(order))
+        reasons = next(script)
+        return [{"round": rnd, "attempt": attempt, "disturbed": None}], reasons
+
+    monkeypatch.setattr(bench, "run_round", fake_round)
+    spare = iter([["floor", "b", "a"], ["a", "floor", "b"], ["b", "a"], ["a", "b"]])
+    bench.measure_round(cell, policy, 2, ["a", "b"], spare)
+    assert [s["attempt"] for s in cell.samples] == [0, 1, 2]
+    assert [bool(s["disturbed"]) for s in cell.samples] == [True, True, False]
+    assert orders == [["a", "b"], ["b", "a"], ["a", "b"]]  # spare orders, retired floor left out
+    assert cell.unresolved == [] and len(cell.remeasured) == 2
+    bench.measure_round(cell, policy, 3, ["a", "b"], spare)
+    assert cell.unresolved == [3] and len(cell.remeasured) == 5

@@ -11,11 +11,12 @@ import math
 import random
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ladder import parse, progress, stats
+from ladder import parse, progress, protocol
 from ladder.errors import LadderError
 from ladder.machine import cpu_set, host_brief
 from ladder.io import atomic_write_json, atomic_write_text, read_json
@@ -159,8 +160,8 @@ def calibrated_repetitions(samples: Sequence[Mapping[str, Any]], rungs: Sequence
     return out
 
 
-DEFAULT_RETIRE = {"enabled": True, "looks": [3, 5], "alpha": stats.INTERIM_ALPHA}
-phase_of = stats.phase_of
+DEFAULT_RETIRE = {"enabled": True, "looks": [3, 5], "alpha": protocol.INTERIM_ALPHA}
+phase_of = protocol.phase_of
 
 
 def retire_at_look(samples: Sequence[Mapping[str, Any]], ladder: Sequence[str],
@@ -168,11 +169,221 @@ def retire_at_look(samples: Sequence[Mapping[str, Any]], ladder: Sequence[str],
                    statistic: str = "mean") -> set[str]:
     """At an early look (pure): the rungs not to run again, because every comparison they
     take part in is a gross step already called at the strict interim level (Haybittle-Peto;
-    ``stats.retirable``). The rounds are fixed; nothing else ends a cell early, so an A/A pair
+    ``protocol.retirable``). The rounds are fixed; nothing else ends a cell early, so an A/A pair
     or a small step that looks equivalent or inconclusive keeps running to the last round."""
     clean = [s for s in samples if not s.get("warmup") and not s.get("disturbed")]
-    return stats.retirable(clean, ladder, [k for k in keep if k], threshold,
-                           float(rule["alpha"]), statistic)
+    return protocol.retirable(clean, ladder, [k for k in keep if k], threshold,
+                              float(rule["alpha"]), statistic)
+
+
+@dataclass
+class Policy:
+    """How a cell is measured (pyperf's Runner arguments): rounds, repetitions, the round
+    statistic, the disturbance limits, the early looks, and where the processes run."""
+
+    rounds: int
+    warmup_rounds: int
+    reps: int | str
+    rep_rule: dict[str, Any]
+    statistic: str
+    warmup: bool
+    timeout_s: float
+    limits: dict[str, Any]
+    retire: dict[str, Any]
+    delta: float
+    cpu_list: list[int] | None
+    own_cpus: int | None
+
+    @property
+    def planned(self) -> int:
+        return self.warmup_rounds + self.rounds
+
+    @property
+    def auto(self) -> bool:
+        return self.reps == "auto"
+
+    def looks(self) -> set[int]:
+        return set(int(x) for x in self.retire["looks"]) if self.retire["enabled"] else set()
+
+
+@dataclass
+class Cell:
+    """What is measured and what it has given so far (pyperf's Manager state): the rungs, their
+    binaries and statuses, every sample, and the record of re-measured rounds."""
+
+    name: str
+    quant: str
+    workload_name: str
+    rungs: Sequence[Mapping[str, Any]]
+    status: dict[str, dict[str, Any]]
+    bins: dict[str, str]
+    model: dict[str, Any]
+    workload: Mapping[str, Any]
+    threads: int
+    raw: Path
+    reps_by: dict[str, int]
+    brief: dict[str, Any]
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    log_lines: list[str] = field(default_factory=list)
+    remeasured: list[dict[str, Any]] = field(default_factory=list)
+    unresolved: list[int] = field(default_factory=list)
+    used_orders: list[list[str]] = field(default_factory=list)
+    retired: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def by_name(self) -> dict[str, Mapping[str, Any]]:
+        return {r["name"]: r for r in self.rungs}
+
+    def roles(self) -> tuple[list[str], str | None, str | None]:
+        """The ladder's rungs in order, the control and its twin."""
+        ladder = [r["name"] for r in self.rungs if not r.get("twin_of")]
+        control = next((r["name"] for r in self.rungs if r.get("twin_of")), None)
+        twin = next((r["twin_of"] for r in self.rungs if r.get("twin_of")), None)
+        return ladder, control, twin
+
+
+def run_process(cell: Cell, policy: Policy, name: str, rnd: int, attempt: int, pos: int
+                ) -> tuple[list[dict[str, Any]], str | None]:
+    """One llama-bench process of one rung: its raw output kept, its samples, and why it was
+    disturbed (None if it was not). A crash or failure becomes the rung's status."""
+    r = cell.by_name[name]
+    tag = (["warmup"] if rnd < policy.warmup_rounds else []) + (
+        [f"re-measure {attempt}"] if attempt else [])
+    # before an auto calibration (the warmup round) every rung runs 1 repetition
+    argv = bench_argv(cell.bins[name], cell.model["path"], cell.workload, cell.threads,
+                      cell.reps_by[name], policy.warmup, r["bench_argv"])
+    res = run(argv, env=r["env"], timeout_s=policy.timeout_s, cpus=policy.cpu_list)
+    stem = cell.raw / raw_stem(rnd, attempt, pos, name)
+    atomic_write_text(f"{stem}.json", res.stdout)
+    atomic_write_text(f"{stem}.stderr.log", f"$ {' '.join(argv)}\n# env {r['env']}\n{res.stderr}")
+    why = disturbed(res.machine, policy.limits, policy.own_cpus)
+    cell.log_lines.append(f"round {rnd} attempt {attempt} pos {pos} {name}: "
+                          f"rc={res.returncode} wall={res.wall_s:.2f}s cpu={res.cpu_s:.2f}s "
+                          f"rss={res.peak_rss_kib}KiB machine={res.machine}"
+                          + (f" DISTURBED: {why}" if why else ""))
+    failure = res.failure()
+    if failure:
+        progress.step("round", rnd + 1, policy.planned, name, failure.splitlines()[0], *tag)
+        cell.status[name].update(status="crashed" if res.signal_name else "failed",
+                                 reason=failure, round=rnd, raw=f"{stem}.stderr.log")
+        return [], None
+    check_placement(res.cpus_seen, policy.cpu_list, f"{cell.name} {name} round {rnd}")
+    got = []
+    for rec in parse.bench_records(res.stdout, f"{stem}.json"):
+        if int(rec["n_threads"]) != cell.threads:
+            raise LadderError(f"{stem}.json: llama-bench ran {rec['n_threads']} threads, "
+                              f"asked for {cell.threads}")
+        base = {"rung": name, "round": rnd, "attempt": attempt, "order": pos,
+                "warmup": rnd < policy.warmup_rounds, "disturbed": why}
+        got += [sample_record(base, rep, ts, ns, rec, res, cell, policy)
+                for rep, (ts, ns) in enumerate(zip(rec["samples_ts"], rec["samples_ns"]))]
+        progress.step("round", rnd + 1, policy.planned, name,
+                      f"{float(np.mean(rec['samples_ts'])):.1f} tok/s", *tag,
+                      *([f"DISTURBED ({why})"] if why else []))
+    return got, why
+
+
+def sample_record(base: Mapping[str, Any], rep: int, ts: float, ns: int,
+                  rec: Mapping[str, Any], res: Any, cell: Cell, policy: Policy
+                  ) -> dict[str, Any]:
+    """One repetition of one process, with everything that must agree before samples combine
+    (``stats.check_combinable``) and where it ran."""
+    wall = res.wall_s
+    return {
+        **base, "rep": rep, "build_key": cell.status[base["rung"]]["build_key"],
+        "n_threads": rec["n_threads"], "n_prompt": rec["n_prompt"], "n_gen": rec["n_gen"],
+        "n_depth": rec.get("n_depth", 0), "tokens_per_s": float(ts), "ns": int(ns),
+        "build_commit": rec["build_commit"], "model_type": rec["model_type"],
+        "model_size": rec["model_size"], "model_n_params": rec.get("model_n_params"),
+        "repack": rec.get("repack"), "peak_rss_kib": res.peak_rss_kib,
+        "wall_s": round(wall, 3),
+        "raw": base_raw(cell, base),
+        "cpu_share": round(res.cpu_s / (wall * cell.threads), 4) if wall > 0 else None,
+        **{k: res.machine.get(k) for k in ("foreign_cpu_share", "steal_share")},
+        **cell.brief,
+        "cpus": ",".join(map(str, policy.cpu_list)) if policy.cpu_list is not None else "any",
+        "cpus_seen": res.cpus_seen,
+    }
+
+
+def raw_stem(rnd: int, attempt: int, pos: int, name: str) -> str:
+    """A process's raw files: round, re-measure attempt (a1, a2, ...), position, rung."""
+    return (f"round{rnd:02d}-{pos:02d}-{name}" if not attempt
+            else f"round{rnd:02d}a{attempt}-{pos:02d}-{name}")
+
+
+def base_raw(cell: Cell, base: Mapping[str, Any]) -> str:
+    stem = raw_stem(base["round"], base["attempt"], base["order"], base["rung"])
+    return f"{cell.raw / stem}.json"
+
+
+def run_round(cell: Cell, policy: Policy, rnd: int, attempt: int, order: Sequence[str]
+              ) -> tuple[list[dict[str, Any]], list[str]]:
+    """One round: every rung still measured, once, in ``order``; its samples and the reasons
+    any of its processes was disturbed."""
+    got: list[dict[str, Any]] = []
+    reasons: list[str] = []
+    for pos, name in enumerate(order):
+        if cell.status[name]["status"] != "measured":
+            continue  # crashed earlier: a deterministic crash is not re-run every round
+        samples, why = run_process(cell, policy, name, rnd, attempt, pos)
+        got += samples
+        if why:
+            reasons.append(f"{name}: {why}")
+    return got, reasons
+
+
+def measure_round(cell: Cell, policy: Policy, rnd: int, order: list[str],
+                  spare: Iterator[list[str]]) -> None:
+    """One round until it is undisturbed (the re-measure loop): a disturbed attempt is kept,
+    marked and set aside, and the round measured again in a fresh order, up to
+    ``max_remeasure`` times; a round still disturbed then is recorded as unresolved."""
+    attempt = 0
+    while True:
+        cell.used_orders.append(order)
+        got, reasons = run_round(cell, policy, rnd, attempt, order)
+        cell.samples += got
+        if not reasons or rnd < policy.warmup_rounds:  # a warmup round never counts anyway
+            return
+        for s in got:  # the whole attempt is set aside: its rungs no longer pair cleanly
+            s["disturbed"] = s["disturbed"] or "round disturbed: " + "; ".join(reasons)
+        cell.remeasured.append({"round": rnd, "attempt": attempt, "reasons": reasons})
+        if attempt >= policy.limits["max_remeasure"]:
+            cell.unresolved.append(rnd)
+            return
+        attempt += 1
+        order = [n for n in next(spare, order) if n not in cell.retired]
+
+
+def look(cell: Cell, policy: Policy, measured: int) -> None:
+    """An early look after ``measured`` rounds: retire the gross steps (``retire_at_look``)."""
+    if measured not in policy.looks() or measured >= policy.rounds:
+        return
+    ladder, control, twin = cell.roles()
+    gone = retire_at_look(cell.samples, ladder, [control, twin], policy.delta, policy.retire,
+                          policy.statistic)
+    for name in sorted(gone - set(cell.retired)):
+        cell.retired[name] = measured
+    progress.step("look", measured, policy.rounds, "retired (every step called at p < "
+                  f"{policy.retire['alpha']:g}): {', '.join(sorted(cell.retired)) or 'none'}")
+
+
+def make_policy(*, rounds: int, reps: int | str, warmup: bool, timeout_s: float,
+                warmup_rounds: int, disturbance: Mapping[str, Any] | None,
+                retire: Mapping[str, Any] | None,
+                thresholds: float | Mapping[str, float] | None, round_statistic: str,
+                cpus: str | Sequence[int] | None, threads: int, workload: Mapping[str, Any],
+                auto_repetitions: Mapping[str, Any] | None, own_cpus: int | None) -> Policy:
+    statistic = protocol.checked_statistic(round_statistic)
+    check_repetitions(reps, warmup_rounds, statistic)
+    return Policy(
+        rounds=rounds, warmup_rounds=warmup_rounds, reps=reps,
+        rep_rule={**DEFAULT_AUTO_REPETITIONS, **(auto_repetitions or {})}, statistic=statistic,
+        warmup=warmup, timeout_s=timeout_s,
+        limits={**DEFAULT_DISTURBANCE, **(disturbance or {})},
+        retire={**DEFAULT_RETIRE, **(retire or {})},
+        delta=protocol.threshold_for(thresholds, phase_of(workload)),
+        cpu_list=cpu_set(threads, cpus, job_cpus=own_cpus), own_cpus=own_cpus)
 
 
 def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], threads: int,
@@ -192,15 +403,16 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
 
     Every run records what it got from the machine (its CPU time; the other processes' and the
     hypervisor's share of the CPUs meanwhile). A measured round in which a run was clearly
-    disturbed is measured again in a fresh order, up to ``max_remeasure`` times; the disturbed
-    attempt's samples are kept, marked, and never enter the statistics. A round still disturbed
-    after that is recorded as unresolved (the report says "disturbed", never "equivalent").
+    disturbed is measured again in a fresh order, up to ``max_remeasure`` times
+    (``measure_round``); the disturbed attempt's samples are kept, marked, and never enter the
+    statistics. A round still disturbed after that is recorded as unresolved (the report says
+    "disturbed", never "equivalent").
 
     The rounds are fixed (``rounds``, chosen from the run's time budget). With
     ``retire.enabled``, after each measured-round count in ``retire.looks`` a rung whose every
     comparison is a gross step already called at the strict level ``retire.alpha`` is not run
-    again (``retired``: the rung and the look), e.g. the slow floor once its 20x step is
-    certain. Nothing else ends a cell early; the control and its twin run every round.
+    again (``look``; ``retired``: the rung and the look), e.g. the slow floor once its 20x step
+    is certain. Nothing else ends a cell early; the control and its twin run every round.
 
     ``cpus``: where every process of the cell runs (``machine.cpu_set``): one fixed CPU set of
     ``threads`` CPUs for every rung, read back from /proc while each process runs and recorded
@@ -214,146 +426,63 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
     ``one_build``: every rung is one build's binary (a toggle, a lever's settings); when that
     build failed or is not applicable, the cell is written with each rung's status and no
     samples (the report names it), instead of failing the workflow."""
-    limits = {**DEFAULT_DISTURBANCE, **(disturbance or {})}
-    statistic = stats.checked_statistic(round_statistic)
-    check_repetitions(reps, warmup_rounds, statistic)
-    auto = reps == "auto"
-    rep_rule = {**DEFAULT_AUTO_REPETITIONS, **(auto_repetitions or {})}
-    reps_by: dict[str, int] = {r["name"]: 1 if auto else int(reps) for r in rungs}
-    rule = {**DEFAULT_RETIRE, **(retire or {})}
-    ladder = [r["name"] for r in rungs if not r.get("twin_of")]
-    control = next((r["name"] for r in rungs if r.get("twin_of")), None)
-    twin = next((r["twin_of"] for r in rungs if r.get("twin_of")), None)
-    model = read_json(model_meta)
+    policy = make_policy(rounds=rounds, reps=reps, warmup=warmup, timeout_s=timeout_s,
+                         warmup_rounds=warmup_rounds, disturbance=disturbance, retire=retire,
+                         thresholds=thresholds, round_statistic=round_statistic, cpus=cpus,
+                         threads=threads, workload=workload, auto_repetitions=auto_repetitions,
+                         own_cpus=own_cpus)
+    name = f"{quant}/{workload_name}/t{threads}"
+    active, status, bins = built_rungs(rungs, f"bench {name}", none_ok=one_build)
     raw = Path(raw_dir)
     raw.mkdir(parents=True, exist_ok=True)
-    active, status, bins = built_rungs(rungs, f"bench {quant}/{workload_name}/t{threads}",
-                                       none_ok=one_build)
-    cell = f"{quant}/{workload_name}/t{threads}"
-    cpu_list = cpu_set(threads, cpus, job_cpus=own_cpus)
-    cpu_text = ",".join(map(str, cpu_list)) if cpu_list is not None else "any"
-    planned = warmup_rounds + rounds
+    cell = Cell(name=name, quant=quant, workload_name=workload_name, rungs=rungs, status=status, bins=bins, model=read_json(model_meta),
+                workload=workload, threads=threads, raw=raw, brief=host_brief(),
+                reps_by={r["name"]: 1 if policy.auto else int(reps) for r in rungs})
     # spare orders from the same seeded sequence, for re-measured rounds
-    orders = round_orders(active, planned + rounds * limits["max_remeasure"], seed, cell)
-    spare = iter(orders[planned:])
-    brief = host_brief()
-    samples: list[dict[str, Any]] = []
-    by_name = {r["name"]: r for r in rungs}
-    log_lines: list[str] = []
-    remeasured: list[dict[str, Any]] = []
-    unresolved: list[int] = []
-    used_orders: list[list[str]] = []
-
-    def one_round(rnd: int, attempt: int, order: list[str]) -> tuple[list[dict[str, Any]],
-                                                                      list[str]]:
-        got: list[dict[str, Any]] = []
-        reasons: list[str] = []
-        tag = ["warmup"] if rnd < warmup_rounds else []
-        tag += [f"re-measure {attempt}"] if attempt else []
-        for pos, name in enumerate(order):
-            if status[name]["status"] != "measured":
-                continue  # crashed earlier: a deterministic crash is not re-run every round
-            r = by_name[name]
-            # before an auto calibration (the warmup round) every rung runs 1 repetition
-            argv = bench_argv(bins[name], model["path"], workload, threads, reps_by[name],
-                              warmup, r["bench_argv"])
-            res = run(argv, env=r["env"], timeout_s=timeout_s, cpus=cpu_list)
-            stem = raw / (f"round{rnd:02d}-{pos:02d}-{name}" if not attempt
-                          else f"round{rnd:02d}a{attempt}-{pos:02d}-{name}")
-            atomic_write_text(f"{stem}.json", res.stdout)
-            atomic_write_text(f"{stem}.stderr.log",
-                              f"$ {' '.join(argv)}\n# env {r['env']}\n{res.stderr}")
-            why = disturbed(res.machine, limits, own_cpus)
-            log_lines.append(f"round {rnd} attempt {attempt} pos {pos} {name}: "
-                             f"rc={res.returncode} wall={res.wall_s:.2f}s "
-                             f"cpu={res.cpu_s:.2f}s rss={res.peak_rss_kib}KiB "
-                             f"machine={res.machine}" + (f" DISTURBED: {why}" if why else ""))
-            failure = res.failure()
-            if failure:
-                progress.step("round", rnd + 1, planned, name, failure.splitlines()[0], *tag)
-                status[name].update(status="crashed" if res.signal_name else "failed",
-                                    reason=failure, round=rnd, raw=f"{stem}.stderr.log")
-                continue
-            check_placement(res.cpus_seen, cpu_list, f"{cell} {name} round {rnd}")
-            if why:
-                reasons.append(f"{name}: {why}")
-            for rec in parse.bench_records(res.stdout, f"{stem}.json"):
-                if int(rec["n_threads"]) != threads:
-                    raise LadderError(f"{stem}.json: llama-bench ran {rec['n_threads']} threads, "
-                                      f"asked for {threads}")
-                for rep, (ts, ns) in enumerate(zip(rec["samples_ts"], rec["samples_ns"])):
-                    got.append({
-                        "rung": name, "round": rnd, "attempt": attempt, "order": pos,
-                        "rep": rep, "warmup": rnd < warmup_rounds,
-                        "build_key": status[name]["build_key"], "n_threads": rec["n_threads"],
-                        "n_prompt": rec["n_prompt"], "n_gen": rec["n_gen"],
-                        "n_depth": rec.get("n_depth", 0), "tokens_per_s": float(ts),
-                        "ns": int(ns), "build_commit": rec["build_commit"],
-                        "model_type": rec["model_type"], "model_size": rec["model_size"],
-                        "model_n_params": rec.get("model_n_params"),
-                        "repack": rec.get("repack"), "peak_rss_kib": res.peak_rss_kib,
-                        "wall_s": round(res.wall_s, 3), "raw": f"{stem}.json",
-                        "cpu_share": round(res.cpu_s / (res.wall_s * threads), 4)
-                        if res.wall_s > 0 else None,
-                        **{k: res.machine.get(k) for k in ("foreign_cpu_share", "steal_share")},
-                        "disturbed": why, **brief,
-                        "cpus": cpu_text, "cpus_seen": res.cpus_seen,
-                    })
-                progress.step("round", rnd + 1, planned, name,
-                              f"{float(np.mean(rec['samples_ts'])):.1f} tok/s", *tag,
-                              *([f"DISTURBED ({why})"] if why else []))
-        return got, reasons
-
-    look_at = set(int(x) for x in rule["looks"]) if rule["enabled"] else set()
-    delta = stats.threshold_for(thresholds, phase_of(workload))
-    retired: dict[str, int] = {}  # gross steps called at the interim level: not run any more
-    for rnd in range(planned):
-        if rnd == warmup_rounds and auto:
-            reps_by = calibrated_repetitions(samples, rungs, rep_rule)
-            progress.step("calibrated", 1, 1, "llama-bench -r " + ", ".join(
-                f"{n} {k}" for n, k in reps_by.items()),
-                f"(each process measures >= {rep_rule['min_seconds']:g} s, at most "
-                f"{rep_rule['max']} repetitions)")
-        order, attempt = [n for n in orders[rnd] if n not in retired], 0
-        while True:
-            used_orders.append(order)
-            got, reasons = one_round(rnd, attempt, order)
-            samples += got
-            if not reasons or rnd < warmup_rounds:  # a warmup round never counts anyway
-                break
-            for s in got:  # the whole attempt is set aside: its rungs no longer pair cleanly
-                s["disturbed"] = s["disturbed"] or "round disturbed: " + "; ".join(reasons)
-            remeasured.append({"round": rnd, "attempt": attempt, "reasons": reasons})
-            if attempt >= limits["max_remeasure"]:
-                unresolved.append(rnd)
-                break
-            attempt += 1
-            order = [n for n in next(spare, order) if n not in retired]
-        measured = rnd + 1 - warmup_rounds
-        if measured in look_at and measured < rounds:
-            gone = retire_at_look(samples, ladder, [control, twin], delta, rule, statistic)
-            for name in sorted(gone - set(retired)):
-                retired[name] = measured
-            progress.step("look", measured, rounds, "retired (every step called at p < "
-                          f"{rule['alpha']:g}): {', '.join(sorted(retired)) or 'none'}")
+    orders = round_orders(active, policy.planned + rounds * policy.limits["max_remeasure"],
+                          seed, name)
+    spare = iter(orders[policy.planned:])
+    for rnd in range(policy.planned):
+        if rnd == warmup_rounds and policy.auto:
+            calibrate(cell, policy)
+        measure_round(cell, policy, rnd, [n for n in orders[rnd] if n not in cell.retired],
+                      spare)
+        look(cell, policy, rnd + 1 - warmup_rounds)
     with open(log, "a") as f:  # beside the progress lines the job's logger already wrote
-        f.write("\n".join(log_lines) + "\n")
-    doc = {
-        # what the cell is, carried by the result itself (e.g. a serving point's experiment)
-        **dict(identity or {}),
-        "format": FORMAT, "quant": quant, "workload": workload_name, "workload_spec": dict(workload),
-        "threads": threads, "model": {k: model.get(k) for k in
-                                       ("model", "quant", "sha256", "requantized", "size_bytes")},
-        "rounds": rounds, "warmup_rounds": warmup_rounds, "repetitions": reps,
-        "repetitions_by_rung": reps_by,
-        "auto_repetitions": rep_rule if auto else None,
-        "round_statistic": statistic, "seed": seed,
-        "order_seed": {"cell": cell, "seed": cell_seed(seed, cell)},
-        "warmup": warmup,
-        "orders": used_orders, "host": brief, "rungs": status, "samples": samples,
-        "disturbance": {"limits": limits, "remeasured": remeasured, "unresolved": unresolved},
-        "retire": {**rule, "threshold": delta, "retired": retired},
-        "cpus": cpu_list,
-    }
+        f.write("\n".join(cell.log_lines) + "\n")
+    doc = cell_doc(cell, policy, identity=identity, seed=seed)
     atomic_write_json(out_json, doc)
     return doc
+
+
+def calibrate(cell: Cell, policy: Policy) -> None:
+    cell.reps_by = calibrated_repetitions(cell.samples, cell.rungs, policy.rep_rule)
+    progress.step("calibrated", 1, 1, "llama-bench -r " + ", ".join(
+        f"{n} {k}" for n, k in cell.reps_by.items()),
+        f"(each process measures >= {policy.rep_rule['min_seconds']:g} s, at most "
+        f"{policy.rep_rule['max']} repetitions)")
+
+
+def cell_doc(cell: Cell, policy: Policy, *, identity: Mapping[str, Any] | None,
+             seed: int) -> dict[str, Any]:
+    """The samples file: the cell's identity, its policy, every sample and status."""
+    return {
+        # what the cell is, carried by the result itself (e.g. a serving point's experiment)
+        **dict(identity or {}),
+        "format": FORMAT, "protocol": protocol.VERSION, "quant": cell.quant,
+        "workload": cell.workload_name, "workload_spec": dict(cell.workload),
+        "threads": cell.threads,
+        "model": {k: cell.model.get(k) for k in
+                  ("model", "quant", "sha256", "requantized", "size_bytes")},
+        "rounds": policy.rounds, "warmup_rounds": policy.warmup_rounds,
+        "repetitions": policy.reps, "repetitions_by_rung": cell.reps_by,
+        "auto_repetitions": policy.rep_rule if policy.auto else None,
+        "round_statistic": policy.statistic, "seed": seed,
+        "order_seed": {"cell": cell.name, "seed": cell_seed(seed, cell.name)},
+        "warmup": policy.warmup, "orders": cell.used_orders, "host": cell.brief,
+        "rungs": cell.status, "samples": cell.samples,
+        "disturbance": {"limits": policy.limits, "remeasured": cell.remeasured,
+                        "unresolved": cell.unresolved},
+        "retire": {**policy.retire, "threshold": policy.delta, "retired": cell.retired},
+        "cpus": policy.cpu_list,
+    }

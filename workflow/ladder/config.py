@@ -101,7 +101,8 @@ def check_config(config: Mapping[str, Any], hosts: list[Host]) -> None:
         raise LadderError(f"serving.lever_rungs: {unknown} not rungs of the "
                           + " or ".join(f"{n} ladder ({', '.join(k)})" for n, k in known.items()))
     targets = set(config["build"].get("targets") or [])
-    for exp, tool in (("prefix_cache", "llama-server"), ("concurrency", "llama-batched-bench")):
+    for exp, tool in (("prefix_cache", "llama-server"), ("concurrency", "llama-batched-bench"),
+                      ("load", "llama-server")):
         if (srv.get(exp) or {}).get("enabled") and tool not in targets:
             raise LadderError(f"serving.{exp} needs {tool}: add it to build.targets "
                               f"(or set serving.{exp}.enabled: false)")

@@ -15,7 +15,7 @@ import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from ladder.serving import EXPERIMENTS, LEVERS  # noqa: E402
+from ladder.experiments import EXPERIMENTS, LEVERS  # noqa: E402
 from ladder.stats import phase_of  # noqa: E402
 
 COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3"]

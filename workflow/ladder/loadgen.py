@@ -116,22 +116,14 @@ async def stream(session: aiohttp.ClientSession, url: str, req: Request, body: d
                 if resp.status != 200:
                     text = (await resp.text())[:300]
                     raise LadderError(f"HTTP {resp.status}: {text}")
-                async for raw in resp.content:
-                    line = raw.decode(errors="replace").strip()
-                    if not line.startswith("data:"):
-                        continue
-                    chunk = json.loads(line[5:])
+                # lines split here, not by aiohttp's readline: the final chunk carries the
+                # whole prompt's text, past aiohttp's 64 KiB line limit for long prompts
+                buf = b""
+                async for data in resp.content.iter_any():
                     now = time.perf_counter() - origin
-                    if "error" in chunk:
-                        raise LadderError(f"server error: {chunk['error']}")
-                    toks = chunk.get("tokens") or []
-                    if toks:
-                        req.token_s.extend([now] * len(toks))
-                        req.tokens.extend(int(t) for t in toks)
-                        req.output_tokens += len(toks)
-                    if chunk.get("stop"):
-                        req.timings = chunk.get("timings")
-                        req.end_s = now
+                    buf += data
+                    *lines, buf = buf.split(b"\n")
+                    if any(_event(req, ln, now) for ln in lines):
                         break
         if req.end_s is None:
             raise LadderError("the stream ended without a final chunk")
@@ -143,6 +135,26 @@ async def stream(session: aiohttp.ClientSession, url: str, req: Request, body: d
     if req.status != "ok" and req.end_s is None:
         req.end_s = time.perf_counter() - origin
     return req
+
+
+def _event(req: Request, raw: bytes, now: float) -> bool:
+    """One server-sent-event line into ``req``; True at the final chunk."""
+    line = raw.decode(errors="replace").strip()
+    if not line.startswith("data:"):
+        return False
+    chunk = json.loads(line[5:])
+    if "error" in chunk:
+        raise LadderError(f"server error: {chunk['error']}")
+    toks = chunk.get("tokens") or []
+    if toks:
+        req.token_s.extend([now] * len(toks))
+        req.tokens.extend(int(t) for t in toks)
+        req.output_tokens += len(toks)
+    if chunk.get("stop"):
+        req.timings = chunk.get("timings")
+        req.end_s = now
+        return True
+    return False
 
 
 Body = Callable[[int], dict[str, Any]]
@@ -364,6 +376,9 @@ def metrics_brief(seen: Sequence[Mapping[str, float]]) -> dict[str, Any]:
             "requests_processing_max": max(s.get("requests_processing", 0) for s in seen),
             "n_busy_slots_per_decode_max": max(s.get("n_busy_slots_per_decode", 0)
                                                for s in seen),
+            # this llama.cpp's /metrics has no KV-cache usage gauge (kv_cache_usage_ratio left
+            # upstream); n_tokens_max as the server reports it
+            "n_tokens_max": last.get("n_tokens_max"),
             "prompt_tokens_cached_total": last.get("prompt_tokens_cached_total"),
             "prompt_tokens_total": last.get("prompt_tokens_total"),
             "tokens_predicted_total": last.get("tokens_predicted_total")}

@@ -11,7 +11,7 @@ from ladder.errors import LadderError
 from ladder.hosts import Host
 from ladder.io import canonical_hash
 from ladder.kernels import load_families
-from ladder import emulation, hotspots, kerneltests, serving
+from ladder import emulation, experiments, hotspots, kerneltests
 from ladder.recipes import (
     Recipe,
     Rung,
@@ -265,7 +265,7 @@ class Plan:
         serving toggle's variant (aarch64: GGML_KLEIDIAI_SME=0 on the KleidiAI rung), on an
         emulated host by default (emulation.dispatch.toggle), on a real one if dispatch.toggle."""
         on = self.settings["dispatch_toggle"]
-        variant = serving.toggle_variant(self.serving, self.ladder_name)
+        variant = experiments.toggle_variant(self.serving, self.ladder_name)
         if not on or not variant or variant["rung"] != rung:
             return []
         base = self.rung(rung)
@@ -343,8 +343,8 @@ class Plan:
         its baseline, each with a second label of that base for the noise floor."""
         if not self.settings["serving"]:
             return []
-        pts = serving.bench_points(self.serving, max(self.threads()))
-        variant = serving.toggle_variant(self.serving, self.ladder_name)
+        pts = experiments.bench_points(self.serving, max(self.threads()))
+        variant = experiments.toggle_variant(self.serving, self.ladder_name)
         out = []
         for p in pts:
             if p["experiment"] == "toggle":
@@ -415,7 +415,7 @@ class Plan:
             twin = replace(baseline, name=p["control"], twin_of=p["twin"],
                            label=f"{baseline.label}, second label (noise floor)")
             return [self.rung_entry(v, provenance, base.name) for v in [*variants, twin]]
-        variant = serving.toggle_variant(self.serving, self.ladder_name) or {}
+        variant = experiments.toggle_variant(self.serving, self.ladder_name) or {}
         out = [entry(base),
                self.rung_entry(self.variant_rung(base, variant), provenance, base.name)]
         control = self.control

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 
 from ladder import stats
 from ladder.errors import LadderError
-from ladder.serving import serving_section
+from ladder.servingview import serving_section
 from ladder.io import atomic_write_json, read_json
 from ladder.dispatch import CREDITED, workload_phase
 from ladder.cost import cost_table, host_price

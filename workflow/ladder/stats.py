@@ -35,6 +35,10 @@ import numpy as np
 from scipy import stats as sps
 
 from ladder.errors import LadderError
+# the protocol's definitions, shared with the measurement (which never imports this module)
+from ladder.protocol import (  # noqa: F401  (re-exported: stats.phase_of, stats.retirable, ...)
+    DEFAULT_THRESHOLD, INTERIM_ALPHA, MIN_ROUNDS, ROUND_STATISTICS, checked_statistic,
+    comparisons, paired_ratios, per_round_means, phase_of, retirable, threshold_for)
 
 MAD_Z = 3.5  # Iglewicz & Hoaglin's modified z-score cut-off
 METHOD = ("geometric mean of per-round ratios; paired t-test and Student t-interval on the mean "
@@ -43,13 +47,7 @@ UNPAIRED_METHOD = "ratio of geometric means; Welch t-test and interval on the di
 RULE = ("faster/slower: paired test significant after Benjamini-Hochberg across the run's "
         "comparisons and the estimate at least the phase's threshold; equivalent: the 90 % "
         "interval inside the threshold (TOST); otherwise inconclusive")
-# The practical threshold below which a change is not called, per phase (measured A/A bias and
-# the effects users ask about; README "Resolving power").
-DEFAULT_THRESHOLD = {"prefill": 0.05, "decode": 0.03}
 POWER = 0.80  # the power at which "the smallest effect this cell calls" is stated
-# Early looks only retire a rung whose every comparison is called at this strict level
-# (Haybittle-Peto): the final analysis keeps its nominal level.
-INTERIM_ALPHA = 0.001
 CALLS = ("faster", "slower")
 
 
@@ -82,41 +80,9 @@ class Verdict:
     widened: float | None = None  # a failed control check's bias added to the interval (log)
 
 
-# What one round of one rung is worth, from its process's llama-bench repetitions (-r): every
-# repetition is kept as a sample; the statistic is chosen by measurement
-# (measurements/round_statistic.py) and recorded in each cell ("round_statistic").
-ROUND_STATISTICS = {"mean": np.mean, "median": np.median, "best": np.max}
-
-
 def round_statistic(doc: Mapping[str, Any]) -> str:
     """The statistic a cell was measured for (cells from before it was recorded: the mean)."""
     return checked_statistic(str(doc.get("round_statistic") or "mean"))
-
-
-def checked_statistic(name: str) -> str:
-    if name not in ROUND_STATISTICS:
-        raise LadderError(f"round_statistic {name!r}: not one of {sorted(ROUND_STATISTICS)}")
-    return name
-
-
-def per_round_means(samples: Iterable[Mapping[str, Any]], rung: str,
-                    statistic: str = "mean") -> dict[int, float]:
-    """One value per round for ``rung``: ``statistic`` (mean, median, or best = the fastest) of
-    that round's repetitions."""
-    acc: dict[int, list[float]] = defaultdict(list)
-    for s in samples:
-        if s["rung"] == rung:
-            acc[int(s["round"])].append(float(s["tokens_per_s"]))
-    f = ROUND_STATISTICS[statistic]
-    return {r: float(f(v)) for r, v in acc.items()}
-
-
-def paired_ratios(samples: Sequence[Mapping[str, Any]], base: str, other: str,
-                  statistic: str = "mean") -> list[float]:
-    """other/base per round, over the rounds in which both were measured."""
-    a = per_round_means(samples, base, statistic)
-    b = per_round_means(samples, other, statistic)
-    return [b[r] / a[r] for r in sorted(set(a) & set(b)) if a[r] > 0]
 
 
 def _tq(confidence: float, df: float) -> float:
@@ -176,20 +142,6 @@ def smallest_callable(se: float | None, df: float | None, alpha: float, threshol
         return None
     need = max(math.log1p(threshold), _tq(1 - alpha, df) * se) + bias
     return float(math.expm1(need + float(sps.t.ppf(power, df)) * se))
-
-
-def phase_of(workload: Mapping[str, Any]) -> str:
-    """decode for a pure generation workload (tgN, tgN at depth), else prefill."""
-    return "decode" if workload.get("n_gen") and not workload.get("n_prompt") else "prefill"
-
-
-def threshold_for(thresholds: float | Mapping[str, float] | None, phase: str) -> float:
-    """δ of a phase: one number, or one per phase (stats.threshold); the default otherwise."""
-    if thresholds is None:
-        return DEFAULT_THRESHOLD[phase]
-    if isinstance(thresholds, Mapping):
-        return float(thresholds.get(phase, DEFAULT_THRESHOLD[phase]))
-    return float(thresholds)
 
 
 def fmt_ratio(x: float) -> str:
@@ -366,16 +318,6 @@ def rung_summary(samples: Sequence[Mapping[str, Any]], rung: str, confidence: fl
                             n_resamples=resamples, method="percentile",
                             random_state=np.random.default_rng(seed))
         out["ci"] = [float(res.confidence_interval.low), float(res.confidence_interval.high)]
-    return out
-
-
-def comparisons(ladder: Sequence[str], measured: set[str]) -> list[tuple[str, str, str]]:
-    """(kind, base, rung) a cell judges: each measured rung over the one before it ("step"),
-    and each over the floor when the floor was measured ("vs_floor")."""
-    present = [n for n in ladder if n in measured]
-    out = [("step", a, b) for a, b in zip(present, present[1:])]
-    if ladder and ladder[0] in measured:
-        out += [("vs_floor", ladder[0], b) for b in present[1:]]
     return out
 
 
@@ -575,22 +517,3 @@ def pooled_checks(cells: Sequence[Mapping[str, Any]], confidence: float = 0.95
                               if flagged else "; no position effect beyond chance"))
                        if rows else "no position data"}
     return out
-
-
-def retirable(samples: Sequence[Mapping[str, Any]], ladder: Sequence[str],
-              keep: Iterable[str], threshold: float, alpha: float = INTERIM_ALPHA,
-              statistic: str = "mean") -> set[str]:
-    """At an early look (pure): the rungs every comparison of which is already called at the
-    strict interim level ``alpha`` and beyond the threshold (gross steps, Haybittle-Peto). A
-    rung is never retired because a comparison looked equivalent or inconclusive, and ``keep``
-    (the control and its twin, whose A/A check needs every round) never is."""
-    measured = {s["rung"] for s in samples}
-    open_rungs: set[str] = set(keep)
-    seen: set[str] = set()
-    for _, base, other in comparisons(ladder, measured):
-        seen |= {base, other}
-        r = ratio_ci(paired_ratios(samples, base, other, statistic), 1 - alpha)
-        v = verdict(r, threshold)
-        if v.call not in CALLS:
-            open_rungs |= {base, other}
-    return seen - open_rungs

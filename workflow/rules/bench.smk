@@ -15,7 +15,6 @@ rule bench:
         rungs=rung_params,
         workload=lambda wc: config["measure"]["workloads"][wc.workload],
         measure=bench_settings,
-        thresholds=config["stats"]["threshold"],
         code=code("bench"),
     script:
         "../../scripts/bench.py"

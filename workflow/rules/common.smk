@@ -12,7 +12,7 @@ from ladder.io import read_json
 from ladder.config import check_config
 from ladder.codeid import code_hash
 from ladder.plan import Plan
-from ladder.serving import BENCH_EXPERIMENTS
+from ladder.experiments import BENCH_EXPERIMENTS
 from ladder.machine import host_arch
 from ladder.vendor import vendor_id
 
@@ -560,6 +560,20 @@ def serving_plan_files(wildcards):
             else []
         ),
     }
+
+
+def serving_settings(*experiments):
+    """A serving job's own settings: the shared ones (quant, rounds, timeout) and those of its
+    experiments, so a change to another experiment re-measures none of its points."""
+
+    def settings(wildcards):
+        s = config["serving"]
+        return {
+            **{k: s[k] for k in ("quant", "rounds", "timeout_s")},
+            **{e: s[e] for e in experiments},
+        }
+
+    return settings
 
 
 def load_settings(wildcards):

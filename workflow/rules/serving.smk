@@ -15,7 +15,7 @@ rule serve_bench:
     params:
         rungs=serving_point_rungs,
         point=serving_point,
-        settings=config["serving"],
+        settings=serving_settings(),
         seed=config["measure"]["seed"],
         disturbance=config["measure"]["disturbance"],
         cpus=config["measure"]["cpus"],
@@ -40,7 +40,7 @@ rule serve_prefix:
         **host_resources(mem_mb=6000, runtime=120),
     params:
         rungs=rung_params,
-        settings=config["serving"],
+        settings=serving_settings("prefix_cache"),
         threads=measure_threads,
         seed=config["measure"]["seed"],
         code=code("serve_prefix"),
@@ -63,7 +63,7 @@ rule serve_concurrency:
         **host_resources(mem_mb=6000, runtime=120),
     params:
         rungs=rung_params,
-        settings=config["serving"],
+        settings=serving_settings("concurrency"),
         threads=measure_threads,
         seed=config["measure"]["seed"],
         code=code("serve_concurrency"),

@@ -1,0 +1,324 @@
+"""Serving under load: the client's metric definitions on synthetic requests (exact), the client
+against a stand-in server that streams at known times (each metric within the machine's timer
+slack), its faults (HTTP error, a stream cut mid-way, a stall past the timeout), and the report's
+view of a load experiment on synthetic levels (failures in the denominators, verdicts, words)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import socket
+import threading
+import time
+
+import pytest
+from aiohttp import web
+
+from ladder import loadgen, loadview, serveload
+from ladder.errors import LadderError
+
+
+# --- definitions, exactly -----------------------------------------------------------------------
+def req(status="ok", sent=1.0, tokens=(1.5, 1.6, 1.8, 2.1), end=2.1, **kw):
+    r = loadgen.Request(0, "c1", 32, len(tokens), sent_s=sent, token_s=list(tokens), end_s=end,
+                        output_tokens=len(tokens), status=status, **kw)
+    return r
+
+
+def test_metrics_follow_vllms_definitions():
+    m = loadgen.metrics(req())
+    assert m["ttft_ms"] == pytest.approx(500)  # sent -> first token
+    assert m["e2el_ms"] == pytest.approx(1100)  # sent -> last chunk
+    assert m["tpot_ms"] == pytest.approx((1100 - 500) / 3)  # after the first, per token
+    assert m["itl_ms"] == pytest.approx([100, 200, 300])  # every gap
+    one = loadgen.metrics(req(tokens=(1.2,), end=1.2))
+    assert one["tpot_ms"] is None and one["itl_ms"] == []  # one token: no TPOT
+    assert loadgen.metrics(req(status="failed"))["ttft_ms"] is None
+
+
+def test_the_server_check_compares_tokens_and_prefill():
+    r = req(timings={"predicted_n": 4, "prompt_n": 32, "prompt_ms": 450.0, "cache_n": 0})
+    assert loadgen.metrics(r)["check"]["tokens_agree"] is True
+    assert loadgen.metrics(r)["check"]["ttft_covers_prefill"] is True  # 500 ms >= 450 ms
+    r.timings = {"predicted_n": 3, "prompt_ms": 700.0}
+    chk = loadgen.metrics(r)["check"]
+    assert chk["tokens_agree"] is False and chk["ttft_covers_prefill"] is False
+
+
+def records(n_ok: int, n_failed: int, ttft_s: float = 0.5) -> list[dict]:
+    out = [req(sent=0.0, tokens=(ttft_s, ttft_s + 0.1), end=ttft_s + 0.1).record()
+           for _ in range(n_ok)]
+    out += [req(status="failed", error="x").record() for _ in range(n_failed)]
+    return out
+
+
+def test_failed_requests_stay_in_every_denominator():
+    s = loadgen.summarize(records(3, 1), 10.0, {"ttft_ms": 1000})
+    assert (s["requests"], s["completed"], s["failed"]) == (4, 3, 1)
+    assert s["ttft_p50_ms"] == pytest.approx(500)
+    assert s["ttft_p99_ms"] == "failed"  # the failure is infinitely slow, and p99 reaches it
+    assert s["requests_per_s"] == pytest.approx(0.3)  # completed / duration
+    assert s["good"] == 3 and s["good_share"] == pytest.approx(0.75)  # of all sent
+    assert json.loads(json.dumps(s)) == s  # no infinity in the JSON
+
+
+def test_a_percentile_is_failed_only_when_the_failures_reach_it():
+    assert loadgen.summarize(records(99, 1), 1.0, {})["ttft_p99_ms"] == "failed"
+    assert isinstance(loadgen.summarize(records(199, 1), 1.0, {})["ttft_p99_ms"], float)
+    assert isinstance(loadgen.summarize(records(199, 1), 1.0, {})["ttft_p50_ms"], float)
+
+
+def test_goodput_counts_requests_within_every_limit():
+    recs = records(2, 0, ttft_s=0.5) + records(2, 0, ttft_s=1.5)
+    s = loadgen.summarize(recs, 2.0, {"ttft_ms": 1000, "tpot_ms": None})
+    assert s["good"] == 2 and s["goodput_rps"] == pytest.approx(1.0)
+    assert loadgen.summarize(recs, 2.0, {"ttft_ms": None})["good"] == 4
+
+
+def test_poisson_arrivals_are_reproducible_and_at_the_rate():
+    a = loadgen.poisson_schedule(4.0, 4000, seed=3)
+    assert a == loadgen.poisson_schedule(4.0, 4000, seed=3) and a[0] == 0.0
+    gaps = [y - x for x, y in zip(a, a[1:])]
+    assert sum(gaps) / len(gaps) == pytest.approx(0.25, rel=0.06)
+
+
+def test_only_a_local_server_is_loaded():
+    with pytest.raises(LadderError, match="not on 127.0.0.1"):
+        loadgen.check_local("http://example.com:8080")
+    loadgen.check_local("http://127.0.0.1:8080")
+
+
+def test_server_metrics_are_parsed_and_kept_as_peaks():
+    text = ("# HELP x\nllamacpp:requests_deferred 2\nllamacpp:requests_processing 1\n"
+            "llamacpp:prompt_tokens_total 96\nother 5\n")
+    m = loadgen.parse_metrics(text)
+    assert m == {"requests_deferred": 2.0, "requests_processing": 1.0,
+                 "prompt_tokens_total": 96.0}
+    brief = loadgen.metrics_brief([{**m, "requests_deferred": 0}, m])
+    assert brief["requests_deferred_max"] == 2 and brief["prompt_tokens_total"] == 96
+
+
+# --- a stand-in server that streams at known times ---------------------------------------------
+FIRST_S, GAP_S, TOKENS = 0.20, 0.10, 4
+STATE = web.AppKey("state", dict)  # the stand-in's mode and its one slot's cached prompt
+
+
+def stand_in_app() -> web.Application:
+    async def completion(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        state = request.app[STATE]
+        mode = state["mode"]
+        if mode == "http500":
+            return web.Response(status=500, text="boom")
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        await asyncio.sleep(FIRST_S if mode != "stall" else 30)
+        n = int(body["n_predict"])
+        for i in range(n):
+            if i:
+                await asyncio.sleep(GAP_S)
+            if mode == "cut" and i == 2:
+                request.transport.close()  # the server dies mid-stream
+                return resp
+            await resp.write(f"data: {json.dumps({'tokens': [7], 'stop': False})}\n\n".encode())
+        prompt = body["prompt"]
+        cached = state["cached"] if body.get("cache_prompt") else 0
+        state["cached"] = len(prompt)
+        final = {"tokens": [], "stop": True, "prompt": "x" * (100_000 if mode == "long" else 10),
+                 "timings": {"predicted_n": n, "prompt_n": len(prompt) - cached,
+                             "cache_n": cached, "prompt_ms": FIRST_S * 1000 * 0.9,
+                             "predicted_ms": GAP_S * 1000 * (n - 1)}}
+        await resp.write(f"data: {json.dumps(final)}\n\n".encode())
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/completion", completion)
+    app[STATE] = {"mode": "ok", "cached": 0}
+    return app
+
+
+@pytest.fixture
+def stand_in():
+    app = stand_in_app()
+    loop = asyncio.new_event_loop()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    runner = web.AppRunner(app, shutdown_timeout=1.0)  # a stalled handler is not waited for
+
+    def serve() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(runner.setup())
+        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+        loop.run_forever()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield app, f"http://127.0.0.1:{port}"
+
+    async def shutdown() -> None:
+        await runner.cleanup()
+        pending = asyncio.all_tasks() - {asyncio.current_task()}
+        for task in pending:  # a stalled handler
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    asyncio.run_coroutine_threadsafe(shutdown(), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+    t.join(10)
+
+
+def body(i: int) -> dict:
+    return {"prompt": [1000 + i] * 8, "n_predict": TOKENS, "ignore_eos": True}
+
+
+# timer slack on a shared 2-core VM: the stand-in's sleeps can only run late, not early
+SLACK_MS = 60
+
+
+def test_the_client_times_a_known_stream(stand_in):
+    _, url = stand_in
+    reqs, duration = loadgen.run(loadgen.closed_loop(url, "c1", body, concurrency=1, requests=2,
+                                                     timeout_s=10, max_s=30))
+    for r in reqs:
+        m = r.record()
+        assert r.status == "ok" and r.output_tokens == TOKENS and r.prompt_tokens == 8
+        assert FIRST_S * 1000 <= m["ttft_ms"] < FIRST_S * 1000 + SLACK_MS
+        assert all(GAP_S * 1000 - 5 <= g < GAP_S * 1000 + SLACK_MS for g in m["itl_ms"])
+        assert GAP_S * 1000 - 5 <= m["tpot_ms"] < GAP_S * 1000 + SLACK_MS
+        assert m["check"]["tokens_agree"] and m["check"]["ttft_covers_prefill"]
+    # closed loop, one client: the second request is sent after the first one ended
+    assert reqs[1].sent_s >= reqs[0].end_s
+    assert duration >= 2 * (FIRST_S + (TOKENS - 1) * GAP_S)
+
+
+def test_a_final_chunk_past_64_kib_is_read(stand_in):
+    app, url = stand_in
+    app[STATE]["mode"] = "long"  # llama-server's final chunk carries the prompt's text
+    reqs, _ = loadgen.run(loadgen.closed_loop(url, "c1", body, concurrency=1, requests=1,
+                                              timeout_s=10, max_s=30))
+    assert reqs[0].status == "ok", reqs[0].error
+    assert reqs[0].timings["predicted_n"] == TOKENS
+
+
+def test_concurrent_clients_overlap(stand_in):
+    _, url = stand_in
+    reqs, duration = loadgen.run(loadgen.closed_loop(url, "c2", body, concurrency=2, requests=4,
+                                                     timeout_s=10, max_s=30))
+    assert all(r.status == "ok" for r in reqs)
+    one = FIRST_S + (TOKENS - 1) * GAP_S
+    assert duration < 4 * one  # two at a time: about 2 x one request, not 4 x
+
+
+def test_open_loop_sends_at_the_scheduled_times(stand_in):
+    _, url = stand_in
+    reqs, _ = loadgen.run(loadgen.open_loop(url, "r5", body, rate=5.0, requests=5, seed=1,
+                                            timeout_s=10, max_s=30))
+    for r in reqs:
+        assert r.status == "ok"
+        assert r.scheduled_s <= r.sent_s < r.scheduled_s + SLACK_MS / 1000
+
+
+@pytest.mark.parametrize("mode, status, error", [
+    ("http500", "failed", "HTTP 500"),
+    ("cut", "failed", ""),
+    ("stall", "timeout", "no complete reply within 1 s"),
+])
+def test_faults_are_counted_with_their_reason(stand_in, mode, status, error):
+    app, url = stand_in
+    app[STATE]["mode"] = mode
+    reqs, _ = loadgen.run(loadgen.closed_loop(url, "c1", body, concurrency=1, requests=2,
+                                              timeout_s=1, max_s=30))
+    assert [r.status for r in reqs] == [status, status]
+    assert all(error in (r.error or "") and r.error for r in reqs)
+    s = loadgen.summarize([r.record() for r in reqs], 1.0, {})
+    assert s["requests"] == 2 and s["completed"] == 0 and s["ttft_p50_ms"] == "failed"
+
+
+def test_an_agent_resends_its_history_and_the_server_reuses_it(stand_in):
+    _, url = stand_in
+    turns = loadgen.run(loadgen.conversation(url, "agent-cache", conv=0, turns=3, turn_tokens=8,
+                                             n_gen=2, cache=True, slot=0, seed=1, timeout_s=10))
+    # each turn: the whole history (earlier prompts and the model's replies) + 8 new tokens
+    assert [t.prompt_tokens for t in turns] == [8, 18, 28]
+    assert [t.timings["cache_n"] for t in turns] == [0, 8, 18]
+    assert all(t.conversation == 0 for t in turns) and [t.turn for t in turns] == [0, 1, 2]
+
+
+# --- the report's view, on synthetic levels ------------------------------------------------------
+SPEC = {"n_prompt": 32, "n_gen": 8, "requests": 4, "limits": {"ttft_ms": 500, "tpot_ms": None},
+        "agent": {"enabled": False}}
+STATS = {"confidence": 0.95, "bootstrap_resamples": 200, "seed": 1,
+         "threshold": {"prefill": 0.05, "decode": 0.03}}
+PLAN = {"ladder_order": ["floor", "fast"], "control": "control", "twin": "fast"}
+
+
+def synthetic_doc(fail_round: int | None = None) -> dict:
+    """Three rungs x 4 rounds x one level: the floor's TTFT ~10x the others'; in
+    ``fail_round`` the floor's requests all fail."""
+    levels, requests = [], []
+    for rnd in range(4):
+        for pos, (rung, ttft) in enumerate((("floor", 1.0), ("fast", 0.1), ("control", 0.1))):
+            jitter = 1 + 0.02 * ((rnd * 7 + pos * 3) % 5 - 2)
+            recs = []
+            for i in range(SPEC["requests"]):
+                t = ttft * jitter * (1 + 0.01 * i)
+                status = "failed" if rung == "floor" and rnd == fail_round else "ok"
+                r = req(status=status, sent=0.0, tokens=(t, t + 0.05 * (10 if rung == "floor"
+                                                                       else 1)),
+                        end=t + 0.05, error=None if status == "ok" else "x").record()
+                r.update(round=rnd, order=pos, rung=rung, level="c1")
+                recs.append(r)
+            requests += recs
+            levels.append({"level": "c1", "kind": "closed", "concurrency": 1, "round": rnd,
+                           "order": pos, "rung": rung, "build_key": rung, "duration_s": 2.0,
+                           "summary": loadgen.summarize(recs, 2.0, SPEC["limits"]),
+                           "server_metrics": {"requests_deferred_max": 0}})
+    return {"quant": "q4_0", "threads": 2, "rounds": 4, "spec": SPEC, "slots": 1,
+            "levels_planned": [{"level": "c1", "kind": "closed", "concurrency": 1}],
+            "levels": levels, "requests": requests,
+            "rungs": {n: {"status": "measured"} for n in ("floor", "fast", "control")},
+            "method": "synthetic"}
+
+
+def test_the_report_judges_latency_per_level_like_a_cell():
+    sec = loadview.summarize_load(synthetic_doc(), PLAN, STATS)
+    rows = {r["rung"]: r for r in sec["table"]}
+    assert rows["floor"]["pooled"]["requests"] == 16 and rows["floor"]["pooled"]["good"] == 0
+    assert rows["fast"]["pooled"]["good"] == 16
+    ttft99 = next(c for c in sec["cells"] if c["metric"] == "ttft_p99_ms")["cell"]
+    step = ttft99["vs_floor"][0]
+    assert step["rung"] == "fast" and step["verdict"]["call"] == "faster"
+    assert 8 < step["ratio"]["estimate"] < 12
+    words = loadview.sentences(sec)
+    assert any(w.startswith("at 1 stream, `fast`'s p99 TTFT is") and "lower than `floor`'s" in w
+               for w in words)
+
+
+def test_a_round_whose_percentile_failed_gives_no_value_but_stays_counted():
+    sec = loadview.summarize_load(synthetic_doc(fail_round=2), PLAN, STATS)
+    floor = next(r for r in sec["table"] if r["rung"] == "floor")
+    assert floor["pooled"]["requests"] == 16 and floor["pooled"]["failed"] == 4
+    assert floor["per_round"]["ttft_p99_ms"]["failed_rounds"] == 1
+    assert floor["per_round"]["ttft_p99_ms"]["n"] == 3
+    cell = next(c for c in sec["cells"] if c["metric"] == "ttft_p99_ms")["cell"]
+    assert cell["vs_floor"][0]["ratio"]["n"] == 3  # paired over the rounds both have
+
+
+def test_levels_slots_and_context_follow_the_config():
+    cfg = {"concurrency": [1, 4], "rates": [0.5], "n_prompt": 32, "n_gen": 8,
+           "agent": {"enabled": True, "conversations": 2, "turns": 3, "turn_tokens": 64,
+                     "n_gen": 8}}
+    assert [lv["level"] for lv in serveload.levels(cfg)] == [
+        "c1", "c4", "r0.5", "agent-cache", "agent-nocache"]
+    assert serveload.slots_for(cfg) == 4
+    assert serveload.ctx_for(cfg) == 4 * (3 * (64 + 8) + 16)
+    assert math.isclose(loadgen.poisson_schedule(0.5, 2, 1)[0], 0.0)

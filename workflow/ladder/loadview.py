@@ -1,0 +1,192 @@
+"""The report's view of serving under load (``ladder.serveload`` measures it): each level's
+requests pooled per rung, per-round percentiles with intervals, p50/p99 TTFT and TPOT judged per
+level like a bench cell, the agent's turns, the prompt-caching lever, and the sentences."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from typing import Any, Mapping, Sequence
+
+from ladder import loadgen, stats
+
+# what the report judges per level, with the threshold phase each belongs to
+JUDGED = {"ttft_p50_ms": "prefill", "ttft_p99_ms": "prefill",
+          "tpot_p50_ms": "decode", "tpot_p99_ms": "decode"}
+LABELS = {"ttft_p50_ms": "p50 TTFT", "ttft_p99_ms": "p99 TTFT", "tpot_p50_ms": "p50 TPOT",
+          "tpot_p99_ms": "p99 TPOT"}
+
+
+def pooled(doc: Mapping[str, Any], rung: str, level: str) -> dict[str, Any] | None:
+    """A rung's level over all rounds: every request pooled, durations summed."""
+    rows = [r for r in doc["levels"] if r["rung"] == rung and r["level"] == level]
+    if not rows:
+        return None
+    recs = [r for r in doc["requests"] if r["rung"] == rung and r["level"] == level]
+    return loadgen.summarize(recs, sum(r["duration_s"] for r in rows), doc["spec"]["limits"])
+
+
+def per_round(doc: Mapping[str, Any], rung: str, level: str, key: str) -> list[Any]:
+    return [r["summary"][key] for r in doc["levels"]
+            if r["rung"] == rung and r["level"] == level and r["summary"].get(key) is not None]
+
+
+def metric_cell(doc: Mapping[str, Any], level: str, key: str, ladder: Sequence[str],
+                control: str | None, twin: str | None, stats_cfg: Mapping[str, Any]
+                ) -> dict[str, Any]:
+    """One level's metric judged like a bench cell: per round and rung the latency as a rate
+    (1000 / ms, so "faster" means lower latency), paired across rungs within rounds. A round in
+    which a rung's percentile is "failed" (infinite) gives that rung no value there."""
+    samples = []
+    for r in doc["levels"]:
+        v = r["summary"].get(key) if r["level"] == level else None
+        if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            continue
+        samples.append({"rung": r["rung"], "round": r["round"], "order": r["order"],
+                        "warmup": False, "build_key": r["build_key"],
+                        "tokens_per_s": 1000.0 / v})
+    phase = JUDGED[key]
+    spec = {"n_prompt": doc["spec"]["n_prompt"], "n_gen": 0} if phase == "prefill" else \
+        {"n_prompt": 0, "n_gen": doc["spec"]["n_gen"]}
+    pseudo = {"quant": doc["quant"], "workload": f"{level} {LABELS[key]}",
+              "threads": doc["threads"], "samples": samples, "workload_spec": spec}
+    return stats.summarize_cell(pseudo, ladder, control, twin,
+                                confidence=stats_cfg["confidence"],
+                                resamples=stats_cfg["bootstrap_resamples"],
+                                seed=stats_cfg["seed"], thresholds=stats_cfg.get("threshold"))
+
+
+def interval(values: Sequence[float], confidence: float) -> dict[str, Any]:
+    """A per-round metric's geometric mean across rounds and its t-interval (finite values)."""
+    fin = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
+    r = stats.ratio_ci(fin, confidence)
+    return {"estimate": r.estimate, "lo": r.lo, "hi": r.hi, "n": r.n,
+            "failed_rounds": len(values) - len(fin)}
+
+
+def summarize_load(doc: Mapping[str, Any], plan: Mapping[str, Any],
+                   stats_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    ladder, control, twin = plan["ladder_order"], plan.get("control"), plan.get("twin")
+    names = [n for n in list(ladder) + ([control] if control else [])
+             if any(r["rung"] == n for r in doc["levels"])]
+    conf = stats_cfg["confidence"]
+    table, cells, agent = [], [], []
+    for lv in doc["levels_planned"]:
+        level = lv["level"]
+        for n in names:
+            p = pooled(doc, n, level)
+            if p is None:
+                continue
+            row = {**lv, "rung": n, "pooled": p,
+                   "per_round": {k: interval(per_round(doc, n, level, k), conf)
+                                 for k in ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms",
+                                           "tpot_p99_ms", "itl_p99_ms",
+                                           "output_tokens_per_s", "goodput_rps")},
+                   "server_metrics": _metrics_peaks(doc, n, level)}
+            if lv["kind"] == "agent":
+                row["turns"] = _turns(doc, n, level)
+                agent.append(row)
+            else:
+                table.append(row)
+        if lv["kind"] != "agent":
+            for key in JUDGED:
+                cells.append({"level": level, "metric": key, "label": LABELS[key],
+                              "cell": metric_cell(doc, level, key, ladder, control, twin,
+                                                  stats_cfg)})
+    return {"experiment": "load", "threads": doc["threads"], "quant": doc["quant"],
+            "spec": doc["spec"], "slots": doc["slots"], "cpus": doc.get("cpus"),
+            "client_cpus": doc.get("client_cpus"), "rounds": doc["rounds"],
+            "table": table, "cells": cells, "agent": agent, "cache_lever": _cache_lever(
+                doc, names, stats_cfg) if any(lv["kind"] == "agent"
+                                              for lv in doc["levels_planned"]) else [],
+            "rung_status": doc["rungs"], "method": doc["method"],
+            "definitions": DEFINITIONS}
+
+
+DEFINITIONS = ("TTFT: request sent to first streamed token; TPOT: (end to end - TTFT) / (output "
+               "tokens - 1); ITL: every gap between streamed tokens; E2EL: sent to last chunk "
+               "(vLLM's definitions, client clock). Throughput and goodput over the level's "
+               "duration; goodput counts requests that completed within every configured limit. "
+               "A failed or timed-out request counts as infinitely slow in the percentiles and "
+               "never as good.")
+
+
+def _metrics_peaks(doc: Mapping[str, Any], rung: str, level: str) -> dict[str, Any]:
+    rows = [r["server_metrics"] for r in doc["levels"]
+            if r["rung"] == rung and r["level"] == level]
+    keys = ("requests_deferred_max", "requests_processing_max", "n_busy_slots_per_decode_max")
+    return {k: max((r.get(k) or 0) for r in rows) for k in keys}
+
+
+def _turns(doc: Mapping[str, Any], rung: str, level: str) -> list[dict[str, Any]]:
+    """Per turn: TTFT (median over rounds and conversations) and the prefix the server reused
+    (cache_n of cache_n + prompt_n, from its timings)."""
+    out = []
+    recs = [r for r in doc["requests"] if r["rung"] == rung and r["level"] == level]
+    for t in sorted({r["turn"] for r in recs if r.get("turn") is not None}):
+        ts = [r for r in recs if r["turn"] == t]
+        ok = [r for r in ts if r["status"] == "ok"]
+        ttft = sorted(r["ttft_ms"] for r in ok)
+        cache = [r["check"]["cache_n"] or 0 for r in ok if r.get("check")]
+        prompt = [r["check"]["prompt_n"] or 0 for r in ok if r.get("check")]
+        out.append({"turn": t, "requests": len(ts), "failed": len(ts) - len(ok),
+                    "prompt_tokens": max((r["prompt_tokens"] for r in ts), default=None),
+                    "ttft_median_ms": ttft[len(ttft) // 2] if ttft else None,
+                    "reused": (sum(cache) / (sum(cache) + sum(prompt)))
+                    if (sum(cache) + sum(prompt)) else None})
+    return out
+
+
+def _cache_lever(doc: Mapping[str, Any], names: Sequence[str],
+                 stats_cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Prompt caching on vs off, per rung: the agent's later turns' TTFT (the turns that can
+    reuse a prefix), paired by round; judged with the prefill threshold."""
+    out = []
+    conf = stats_cfg["confidence"]
+    delta = stats.threshold_for(stats_cfg.get("threshold"), "prefill")
+    for n in names:
+        per: dict[str, dict[int, float]] = {}
+        for lv in ("agent-cache", "agent-nocache"):
+            for rnd in sorted({r["round"] for r in doc["levels"] if r["rung"] == n}):
+                vals = [r["ttft_ms"] for r in doc["requests"]
+                        if r["rung"] == n and r["level"] == lv and r["round"] == rnd
+                        and r.get("turn") and r["status"] == "ok" and r["ttft_ms"]]
+                if vals:
+                    per.setdefault(lv, {})[rnd] = float(sum(vals) / len(vals))
+        on, off = per.get("agent-cache", {}), per.get("agent-nocache", {})
+        ratios = [off[r] / on[r] for r in sorted(set(on) & set(off)) if on[r] > 0]
+        est = stats.ratio_ci(ratios, conf)
+        out.append({"rung": n, "ratio": asdict(est),
+                    "verdict": asdict(stats.verdict(est, delta))})
+    return out
+
+
+def sentences(section: Mapping[str, Any]) -> list[str]:
+    """The judged comparisons in words: "at c2, `native_repack`'s p99 TTFT is 3.10x lower than
+    `floor`'s (95 % CI ...)"; only the called ones, each with its interval."""
+    out = []
+    for c in section["cells"]:
+        for comp in c["cell"]["vs_floor"] + [s for s in c["cell"]["steps"]
+                                             if s not in c["cell"]["vs_floor"]]:
+            v, r = comp["verdict"], comp["ratio"]
+            if v["call"] not in ("faster", "slower") or r["estimate"] is None:
+                continue
+            word = "lower" if v["call"] == "faster" else "higher"
+            ratio = r["estimate"] if v["call"] == "faster" else 1 / r["estimate"]
+            # the verdict's text carries the interval at the level it is shown (after the run's
+            # multiplicity step: the false-coverage-adjusted one)
+            line = (f"at {_level_words(c['level'])}, `{comp['rung']}`'s {c['label']} is "
+                    f"{stats.fmt_ratio(ratio)} {word} than `{comp['base']}`'s (as a rate: "
+                    f"{v['text']})")
+            if line not in out:
+                out.append(line)
+    return out
+
+
+def _level_words(level: str) -> str:
+    if level.startswith("c"):
+        n = int(level[1:])
+        return f"{n} stream{'s' if n != 1 else ''}"
+    if level.startswith("r"):
+        return f"{level[1:]} request{'' if level[1:] == '1' else 's'}/s (Poisson)"
+    return level
