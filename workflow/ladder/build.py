@@ -142,6 +142,49 @@ def _stream(argv: list[str], env: Mapping[str, str], log_f: Any) -> int:
     return proc.wait()
 
 
+def ccache_env(ccache_dir: str | None, ccache_basedir: str | None) -> dict[str, str]:
+    """The compiler cache's environment (none without a cache dir)."""
+    if ccache_dir is None:
+        return {}
+    Path(ccache_dir).mkdir(parents=True, exist_ok=True)
+    env = {"CCACHE_DIR": str(Path(ccache_dir).resolve()), "CCACHE_NOHASHDIR": "1"}
+    if ccache_basedir:
+        env["CCACHE_BASEDIR"] = str(Path(ccache_basedir).resolve())
+    return env
+
+
+def run_stages(record: dict[str, Any], stages: Sequence[tuple[str, list[str]]],
+               env: Mapping[str, str], log: str, bin_dir: Path, targets: Sequence[str]) -> None:
+    """Configure, then compile, streamed into ``log``; the first failing stage's reason, or
+    status ok with the bin dir once every target exists."""
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as log_f:
+        for stage, argv in stages:
+            log_f.write(f"$ {' '.join(argv)}\n")
+            log_f.flush()
+            t0 = time.monotonic()
+            start = log_f.tell()
+            # Streamed into the log (tail -f follows a long build); compile steps also reach
+            # the terminal, a line per tenth of the build.
+            returncode = _stream(argv, {**os.environ, **env}, log_f)
+            record[f"{stage}_wall_s"] = round(time.monotonic() - t0, 2)
+            log_f.flush()
+            with open(log, errors="replace") as back:
+                back.seek(start)
+                output = back.read()
+            if stage == "configure":
+                record["configure_arch_lines"] = ARCH_LINES.findall(output)
+            if returncode != 0:
+                record["reason"] = _failure_reason(output, stage)
+                return
+    absent = [t for t in targets if not (bin_dir / t).exists()]
+    if absent:
+        record["reason"] = f"build finished but {', '.join(absent)} missing in {bin_dir}"
+    else:
+        record["status"] = "ok"
+        record["bin_dir"] = str(bin_dir.resolve())
+
+
 def build(
     *, recipe: Mapping[str, Any], material: Mapping[str, Any], build_key: str, source_json: str,
     provenance: str, log: str, jobs: int, generator: str = "Ninja", ccache_dir: str | None = None,
@@ -171,12 +214,7 @@ def build(
     if missing:
         raise LadderError(f"build tools missing on PATH: {', '.join(missing)} "
                           "(apt-get install cmake ninja-build g++ ccache)")
-    env: dict[str, str] = {}
-    if use_ccache:
-        Path(ccache_dir).mkdir(parents=True, exist_ok=True)  # type: ignore[arg-type]
-        env = {"CCACHE_DIR": str(Path(ccache_dir).resolve()), "CCACHE_NOHASHDIR": "1"}  # type: ignore[arg-type]
-        if ccache_basedir:
-            env["CCACHE_BASEDIR"] = str(Path(ccache_basedir).resolve())
+    env = ccache_env(ccache_dir, ccache_basedir)
     configure = cmake_configure_argv(src["root"], str(build_dir), recipe, generator, use_ccache,
                                      src.get("build_label") or src.get("upstream_commit"))
     # a local vendor copy (checked by its job) instead of ggml's download
@@ -190,34 +228,8 @@ def build(
         "vendor": vendor_info,
     }
     before = _ccache_stats(env)
-    Path(log).parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as log_f:
-        for stage, argv in (("configure", configure), ("build", compile_)):
-            log_f.write(f"$ {' '.join(argv)}\n")
-            log_f.flush()
-            t0 = time.monotonic()
-            start = log_f.tell()
-            # Streamed into the log (tail -f follows a long build); compile steps also reach
-            # the terminal, a line per tenth of the build.
-            returncode = _stream(argv, {**os.environ, **env}, log_f)
-            record[f"{stage}_wall_s"] = round(time.monotonic() - t0, 2)
-            log_f.flush()
-            with open(log, errors="replace") as back:
-                back.seek(start)
-                output = back.read()
-            if stage == "configure":
-                record["configure_arch_lines"] = ARCH_LINES.findall(output)
-            if returncode != 0:
-                record["reason"] = _failure_reason(output, stage)
-                break
-        else:
-            bin_dir = build_dir / "bin"
-            absent = [t for t in recipe["targets"] if not (bin_dir / t).exists()]
-            if absent:
-                record["reason"] = f"build finished but {', '.join(absent)} missing in {bin_dir}"
-            else:
-                record["status"] = "ok"
-                record["bin_dir"] = str(bin_dir.resolve())
+    run_stages(record, [("configure", configure), ("build", compile_)], env, log,
+               build_dir / "bin", recipe["targets"])
     after = _ccache_stats(env)
     if before or after:
         record["ccache"] = {k: after.get(k, 0) - before.get(k, 0)

@@ -231,6 +231,38 @@ def _library(bin_dir: Path, fset: FamilySet) -> Path:
     return lib if lib.exists() else bin_dir / "llama-bench"  # static builds: all in the tool
 
 
+def instrumentation(build: Mapping[str, Any], fset: FamilySet, bin_dir: Path,
+                    launcher: Sequence[str], settings: Mapping[str, Any], raw: Path,
+                    doc: dict[str, Any]) -> tuple[list[Probe], Method | None, str | None]:
+    """The probes on the rung's library and the method that counts them (uprobes, lldb, the
+    QEMU exec log), recorded in ``doc``; or why the rung's cells cannot be measured."""
+    unmeasured = None
+    probes: list[Probe] = []
+    if build.get("status") == "not_applicable":  # no usable vendor source (its job said why)
+        unmeasured = f"not applicable: {build.get('reason')}"
+    elif build.get("status") != "ok":
+        unmeasured = f"build failed: {build.get('reason')}"
+    else:
+        try:
+            probes, resolution = plan_probes(fset, _library(bin_dir, fset),
+                                             place=not launcher)
+            doc["resolution"] = resolution
+            doc["probes"] = [p.as_dict() for p in probes]
+        except SymbolsError as exc:
+            unmeasured = str(exc)
+    method: Method | None = None
+    why = None
+    if unmeasured is None:
+        method, why = open_method(settings.get("method", "auto"), probes, list(launcher),
+                                  str(bin_dir / "llama-bench"), str(raw),
+                                  bool(settings.get("crosscheck", True)))
+        if method is None:
+            unmeasured = f"no instrumentation method: {why}"
+    doc["method"] = method.name if method else None
+    doc["method_note"] = why
+    return probes, method, unmeasured
+
+
 def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapping[str, str]],
           settings: Mapping[str, Any], threads: Sequence[int], out_json: str, raw_dir: str,
           families_file: str | None = None) -> dict[str, Any]:
@@ -252,32 +284,10 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
                            "method": None, "method_note": None, "session": {}, "resolution": {},
                            "probes": [], "cells": []}
     host_flags = frozenset(guest["cpu_flags"]) if guest else host_cpu_flags()
-    unmeasured = None
-    probes: list[Probe] = []
     bin_dir = Path(build.get("bin_dir") or "")
-    if build.get("status") == "not_applicable":  # no usable vendor source (its job said why)
-        unmeasured = f"not applicable: {build.get('reason')}"
-    elif build.get("status") != "ok":
-        unmeasured = f"build failed: {build.get('reason')}"
-    else:
-        try:
-            probes, resolution = plan_probes(fset, _library(bin_dir, fset),
-                                             place=not launcher)
-            doc["resolution"] = resolution
-            doc["probes"] = [p.as_dict() for p in probes]
-        except SymbolsError as exc:
-            unmeasured = str(exc)
+    probes, method, unmeasured = instrumentation(build, fset, bin_dir, launcher, settings, raw,
+                                                 doc)
     timeout = float(settings.get("timeout_s", 600))  # an emulated host's: its plan sets it
-    method: Method | None = None
-    why = None
-    if unmeasured is None:
-        method, why = open_method(settings.get("method", "auto"), probes, launcher,
-                                  str(bin_dir / "llama-bench"), str(raw),
-                                  bool(settings.get("crosscheck", True)))
-        if method is None:
-            unmeasured = f"no instrumentation method: {why}"
-    doc["method"] = method.name if method else None
-    doc["method_note"] = why
     verbose = bool(expected and expected.sets)
     # one job per rung as built, and one per runtime toggle of its binary (GGML_KLEIDIAI_SME=0:
     # which kernels run with the vendor path's option off; plan.dispatch_unit)
@@ -333,28 +343,9 @@ def _cell(*, rung: Mapping[str, Any], stem: Path, verbose: bool, quant: str, wor
           probes: list[Probe], probe_dicts: Sequence[Mapping[str, Any]], method: Method | None,
           unmeasured: str | None, bin_dir: Path, timeout: float, host_flags: frozenset[str],
           base: Any) -> dict[str, Any]:
-    phase = workload_phase(spec)  # one phase per workload: checked with the config
-    cell: dict[str, Any] = {"rung": rung["name"], "family": expected.name if expected else None,
-                            "quant": quant, "workload": workload, "phase": phase,
-                            "threads": threads, "method": method.name if method else None}
-    if rung.get("variant_of"):
-        cell["variant_of"] = rung["variant_of"]
-        cell["toggle_env"] = {k: v for k, v in (rung.get("env") or {}).items()}
-    buffers = evidence.get("weight_buffers_mib") or {}
-    needed = expected.host_flags if expected else ()
-    shown = [*needed, *(f for f in (expected.show_flags if expected else ()) if f not in needed)]
-    cell["L1"] = {"host_flags": {f: f in host_flags for f in shown},
-                  "needed": list(needed)}
-    advertised_variant = (advertised_kernel(evidence, quant)
-                          if expected and expected.variants else None)
-    advertised = bool(expected) and (
-        expected.buffer is None or buffers.get(expected.buffer, 0.0) > 0.0)
-    cell["L2"] = {"evidence_status": evidence.get("status"), "weight_buffers_mib": buffers,
-                  "compiled_features": {k: v for k, v in
-                                        (evidence.get("compiled_features") or {}).items()
-                                        if v == "1"},
-                  "vendor_lines": evidence.get("vendor_lines") or [],
-                  "advertised": advertised, "advertised_variant": advertised_variant}
+    cell, advertised, advertised_variant = cell_levels_12(
+        rung=rung, expected=expected, evidence=evidence, quant=quant, workload=workload,
+        spec=spec, threads=threads, host_flags=host_flags, method=method)
     if unmeasured:
         cell.update(judge_cell(expected=expected, families=fset, resolution=resolution, totals={},
                                advertised=advertised, unmeasured=unmeasured))
@@ -386,20 +377,7 @@ def _cell(*, rung: Mapping[str, Any], stem: Path, verbose: bool, quant: str, wor
         diag = diagnose_crash(argv, env=env, timeout_s=timeout)
         crash.update({k: v for k, v in diag.items() if v is not None and k != "signal"})
     totals = family_totals(probe_dicts, hits)
-    vendor = None
-    if expected is not None and expected.sets:
-        from ladder import parse
-
-        own = parse.kleidiai_primary(base.stderr)  # this run's own init lines (-v)
-        primary = own or dict(evidence.get("kleidiai_primary") or {})
-        sme = parse.kleidiai_sme(base.stderr) or (evidence.get("kleidiai_sme") if not own
-                                                   else None)
-        ran = [{"symbol": p.symbol, "calls": int(hits[p.id]),
-                "threads": seen.per_thread.get(p.id)} for p in probes
-               if p.family == expected.name and p.kind == "kernels" and hits.get(p.id)]
-        vendor = judge_vendor(expected, ran, primary, sme, threads)
-        if vendor is not None:
-            vendor["init_lines_from"] = "this run" if own else "the rung's evidence run"
+    vendor = vendor_check(expected, base, evidence, probes, hits, seen, threads)
     cell.update(judge_cell(expected=expected, families=fset, resolution=resolution, totals=totals,
                            advertised=advertised, advertised_variant=advertised_variant,
                            crash=crash, exact=bool(method.exact_kinds), vendor=vendor))
@@ -423,6 +401,60 @@ def _cell(*, rung: Mapping[str, Any], stem: Path, verbose: bool, quant: str, wor
     log.info("%s %s %s t%d: %s (%s)", rung["name"], quant, workload, threads, cell["verdict"],
              cell["detail"])
     return cell
+
+
+def cell_levels_12(*, rung: Mapping[str, Any], expected: Family | None,
+                   evidence: Mapping[str, Any], quant: str, workload: str,
+                   spec: Mapping[str, int], threads: int, host_flags: frozenset[str],
+                   method: Method | None) -> tuple[dict[str, Any], bool, str | None]:
+    """A ledger cell's identity, L1 (what the host offers) and L2 (what the build advertises:
+    the family's weight buffer, its compiled features and vendor lines); whether the build
+    advertised the family and which kernel variant."""
+    phase = workload_phase(spec)  # one phase per workload: checked with the config
+    cell: dict[str, Any] = {"rung": rung["name"], "family": expected.name if expected else None,
+                            "quant": quant, "workload": workload, "phase": phase,
+                            "threads": threads, "method": method.name if method else None}
+    if rung.get("variant_of"):
+        cell["variant_of"] = rung["variant_of"]
+        cell["toggle_env"] = {k: v for k, v in (rung.get("env") or {}).items()}
+    buffers = evidence.get("weight_buffers_mib") or {}
+    needed = expected.host_flags if expected else ()
+    shown = [*needed, *(f for f in (expected.show_flags if expected else ()) if f not in needed)]
+    cell["L1"] = {"host_flags": {f: f in host_flags for f in shown},
+                  "needed": list(needed)}
+    advertised_variant = (advertised_kernel(evidence, quant)
+                          if expected and expected.variants else None)
+    advertised = bool(expected) and (
+        expected.buffer is None or buffers.get(expected.buffer, 0.0) > 0.0)
+    cell["L2"] = {"evidence_status": evidence.get("status"), "weight_buffers_mib": buffers,
+                  "compiled_features": {k: v for k, v in
+                                        (evidence.get("compiled_features") or {}).items()
+                                        if v == "1"},
+                  "vendor_lines": evidence.get("vendor_lines") or [],
+                  "advertised": advertised, "advertised_variant": advertised_variant}
+    return cell, advertised, advertised_variant
+
+
+def vendor_check(expected: Family | None, base: Any, evidence: Mapping[str, Any],
+                 probes: Sequence[Probe], hits: Mapping[str, Any], seen: Any,
+                 threads: int) -> dict[str, Any] | None:
+    """A vendor family's own kernels (KleidiAI): which ran, against what its init lines
+    advertised (this run's -v lines, else the rung's evidence run's)."""
+    if expected is None or not expected.sets:
+        return None
+    from ladder import parse
+
+    own = parse.kleidiai_primary(base.stderr)  # this run's own init lines (-v)
+    primary = own or dict(evidence.get("kleidiai_primary") or {})
+    sme = parse.kleidiai_sme(base.stderr) or (evidence.get("kleidiai_sme") if not own
+                                               else None)
+    ran = [{"symbol": p.symbol, "calls": int(hits[p.id]),
+            "threads": seen.per_thread.get(p.id)} for p in probes
+           if p.family == expected.name and p.kind == "kernels" and hits.get(p.id)]
+    vendor = judge_vendor(expected, ran, primary, sme, threads)
+    if vendor is not None:
+        vendor["init_lines_from"] = "this run" if own else "the rung's evidence run"
+    return vendor
 
 
 def advertised_kernel(evidence: Mapping[str, Any], quant: str) -> str | None:

@@ -186,6 +186,132 @@ def _gain(cell: Mapping[str, Any], rung: str) -> dict[str, Any] | None:
     return None
 
 
+PerHost = dict[str, tuple[Mapping[str, Any], Mapping[str, Any]]]
+
+
+def cells_by_key(docs: Sequence[tuple[str, Mapping[str, Any]]], names: Sequence[str]
+                 ) -> dict[tuple[str, str, str], PerHost]:
+    """(model, quant, workload) -> host -> (its report, the cell at its largest thread count)."""
+    by_key: dict[tuple[str, str, str], PerHost] = {}
+    for (_, doc), name in zip(docs, names):
+        best: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+        for cell in doc["cells"]:
+            k = _cell_key(cell)
+            if k not in best or cell["threads"] > best[k]["threads"]:
+                best[k] = cell
+        for k, cell in best.items():
+            by_key.setdefault(k, {})[name] = (doc, cell)
+    return by_key
+
+
+def vs_ref(ref_cell: Mapping[str, Any], cell: Mapping[str, Any], rung: str,
+           extra_floor: float | None, conf: float
+           ) -> tuple[stats.RatioEstimate, list[float | None]]:
+    """A rung's throughput on a host against the reference host (unpaired: Welch), and the
+    floors the comparison must clear."""
+    a = (ref_cell["rungs"].get(rung) or {}).get("round_means") or []
+    b = (cell["rungs"].get(rung) or {}).get("round_means") or []
+    floors = [ref_cell["noise_floor"].get("floor"), cell["noise_floor"].get("floor"),
+              extra_floor]
+    return stats.unpaired_ratio_ci(a, b, conf), floors
+
+
+def aa_drift(by_key: Mapping[Any, PerHost], names: Sequence[str],
+             identity: Mapping[str, Any], conf: float) -> tuple[float | None, set[str]]:
+    """A/A first: hosts with the reference's CPU identity are the same hardware measured at
+    another time (or under another label), so what separates them is drift between runs,
+    which neither host's interleaved noise floor sees. Its largest deviation inside a CI is
+    the drift floor that every cross-hardware comparison must also clear."""
+    deviations: list[float] = []
+    aa_pairs: set[str] = set()
+    for per_host in by_key.values():
+        present = [n for n in names if n in per_host]
+        if not present:
+            continue
+        r0 = present[0]
+        for n in present[1:]:
+            if identity.get(n) and identity.get(n) == identity.get(r0):
+                aa_pairs.add(f"{r0}/{n}")
+                for rung in per_host[r0][0].get("ladder_order") or []:
+                    r, _ = vs_ref(per_host[r0][1], per_host[n][1], rung, None, conf)
+                    if r.lo is not None and r.hi is not None:
+                        deviations.append(stats.interval_reach(r) or 0.0)
+    return (max(deviations) if deviations else None), aa_pairs
+
+
+def host_row(cell: Mapping[str, Any], rung: str) -> dict[str, Any]:
+    summ = cell["rungs"].get(rung) or {"n": 0}
+    return {
+        "threads": cell["threads"], "n": summ.get("n", 0),
+        "median": summ.get("median"), "ci": summ.get("ci"),
+        "noise_floor": cell["noise_floor"].get("floor"),
+        "gain_vs_floor": _gain(cell, rung),
+        "usd_per_mtok": ((cell.get("cost") or {}).get(rung) or {}).get("usd_per_mtok"),
+        "status": (cell.get("rung_status") or {}).get(rung, {}).get("status"),
+    }
+
+
+def judged_vs_ref(per_host: PerHost, ref_here: str, n: str, rung: str, same: bool,
+                  drift: float | None, conf: float) -> dict[str, Any]:
+    r, floors = vs_ref(per_host[ref_here][1], per_host[n][1], rung,
+                       None if same else drift, conf)
+    floor = None if None in floors[:2] else max(f for f in floors if f is not None)
+    v = stats.verdict(r, floor)
+    text = v.text.replace("paired rounds", "rounds")
+    if same:
+        text = f"A/A, same CPU identity (run-to-run drift, not hardware): {text}"
+    elif drift is not None:
+        text += f" (includes the A/A drift floor {drift * 100:.1f} %)"
+    return {"ratio": asdict(r), "floor": floor, "call": v.call, "same_identity": same,
+            "text": text}
+
+
+def comparison(key: tuple[str, str, str], per_host: PerHost, names: Sequence[str],
+               identity: Mapping[str, Any], drift: float | None, conf: float
+               ) -> dict[str, Any]:
+    """One (model, quant, workload) across the hosts that measured it."""
+    present = [n for n in names if n in per_host]
+    metas = {n: _metadata(per_host[n][0], per_host[n][1]) for n in present}
+    base_meta = metas[present[0]]
+    disagree = {n: sorted(k for k in m if m[k] != base_meta[k])
+                for n, m in metas.items() if m != base_meta}
+    rung_names: list[str] = []
+    for n in present:
+        for r in per_host[n][0].get("ladder_order") or []:
+            if r not in rung_names:
+                rung_names.append(r)
+    ref_here = present[0]
+    rungs = []
+    for rung in rung_names:
+        row: dict[str, Any] = {"rung": rung, "vs_ref": {},
+                               "hosts": {n: host_row(per_host[n][1], rung) for n in present}}
+        for n in present[1:]:
+            if n in disagree:
+                row["vs_ref"][n] = {"call": "not compared",
+                                    "text": f"not compared: {', '.join(disagree[n])} differ"}
+                continue
+            same = bool(identity.get(n)) and identity.get(n) == identity.get(ref_here)
+            row["vs_ref"][n] = judged_vs_ref(per_host, ref_here, n, rung, same, drift, conf)
+        rungs.append(row)
+    return {"model": key[0], "quant": key[1], "workload": key[2], "reference": ref_here,
+            "hosts": present, "metadata_disagree": disagree, "rungs": rungs}
+
+
+def shared_builds(docs: Sequence[tuple[str, Mapping[str, Any]]], names: Sequence[str]
+                  ) -> list[dict[str, Any]]:
+    """Which hosts shared which build: the floor once per arch, native builds per CPU
+    identity."""
+    builds: dict[str, dict[str, Any]] = {}
+    for (_, doc), name in zip(docs, names):
+        for r in doc.get("rungs") or []:
+            if r.get("twin_of"):
+                continue
+            b = builds.setdefault(f"{r['name']}:{r['build_key']}",
+                                  {"rung": r["name"], "build_key": r["build_key"], "hosts": []})
+            b["hosts"].append(name)
+    return sorted(builds.values(), key=lambda b: (b["rung"], b["build_key"]))
+
+
 def build_fleet(reports: Sequence[str], stats_cfg: Mapping[str, Any] | None = None,
                 absent: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
     stats_cfg = stats_cfg or {}
@@ -200,122 +326,26 @@ def build_fleet(reports: Sequence[str], stats_cfg: Mapping[str, Any] | None = No
     emulated = {h["name"] for h in hosts if h.get("emulated")}
     # the reference is the first real host: an emulated one has no throughput
     ref = next((n for n in names if n not in emulated), None)
-
-    # (model, quant, workload) -> host -> the cell at that host's largest thread count
-    by_key: dict[tuple[str, str, str], dict[str, tuple[Mapping[str, Any], Mapping[str, Any]]]] = {}
     # real hosts first, in config order: a comparison's reference is its first present host
     ordered = sorted(zip(docs, names), key=lambda dn: dn[1] in emulated)
     names = [n for _, n in ordered]
     docs = [d for d, _ in ordered]
-    for (path, doc), name in zip(docs, names):
-        best: dict[tuple[str, str, str], Mapping[str, Any]] = {}
-        for cell in doc["cells"]:
-            k = _cell_key(cell)
-            if k not in best or cell["threads"] > best[k]["threads"]:
-                best[k] = cell
-        for k, cell in best.items():
-            by_key.setdefault(k, {})[name] = (doc, cell)
-
+    by_key = cells_by_key(docs, names)
     identity = {h["name"]: h.get("identity") for h in hosts}
-
-    def vs_ref(ref_cell: Mapping[str, Any], cell: Mapping[str, Any], rung: str,
-               extra_floor: float | None) -> tuple[stats.RatioEstimate, list[float | None]]:
-        a = (ref_cell["rungs"].get(rung) or {}).get("round_means") or []
-        b = (cell["rungs"].get(rung) or {}).get("round_means") or []
-        floors = [ref_cell["noise_floor"].get("floor"), cell["noise_floor"].get("floor"),
-                  extra_floor]
-        return stats.unpaired_ratio_ci(a, b, conf), floors
-
-    # A/A first: hosts with the reference's CPU identity are the same hardware measured at
-    # another time (or under another label), so what separates them is drift between runs,
-    # which neither host's interleaved noise floor sees. Its largest deviation inside a CI is
-    # the drift floor that every cross-hardware comparison must also clear.
-    deviations: list[float] = []
-    aa_pairs: set[str] = set()
-    for key, per_host in by_key.items():
-        present = [n for n in names if n in per_host]
-        if not present:
-            continue
-        r0 = present[0]
-        for n in present[1:]:
-            if identity.get(n) and identity.get(n) == identity.get(r0):
-                aa_pairs.add(f"{r0}/{n}")
-                for rung in per_host[r0][0].get("ladder_order") or []:
-                    r, _ = vs_ref(per_host[r0][1], per_host[n][1], rung, None)
-                    if r.lo is not None and r.hi is not None:
-                        deviations.append(stats.interval_reach(r) or 0.0)
-    drift = max(deviations) if deviations else None
-
-    comparisons = []
-    for key in sorted(by_key):
-        per_host = by_key[key]
-        present = [n for n in names if n in per_host]
-        metas = {n: _metadata(per_host[n][0], per_host[n][1]) for n in present}
-        base_meta = metas[present[0]]
-        disagree = {n: sorted(k for k in m if m[k] != base_meta[k])
-                    for n, m in metas.items() if m != base_meta}
-        rungs = []
-        rung_names: list[str] = []
-        for n in present:
-            for r in per_host[n][0].get("ladder_order") or []:
-                if r not in rung_names:
-                    rung_names.append(r)
-        ref_here = present[0]
-        for rung in rung_names:
-            row: dict[str, Any] = {"rung": rung, "hosts": {}, "vs_ref": {}}
-            for n in present:
-                doc, cell = per_host[n]
-                summ = cell["rungs"].get(rung) or {"n": 0}
-                row["hosts"][n] = {
-                    "threads": cell["threads"], "n": summ.get("n", 0),
-                    "median": summ.get("median"), "ci": summ.get("ci"),
-                    "noise_floor": cell["noise_floor"].get("floor"),
-                    "gain_vs_floor": _gain(cell, rung),
-                    "usd_per_mtok": ((cell.get("cost") or {}).get(rung) or {}).get("usd_per_mtok"),
-                    "status": (cell.get("rung_status") or {}).get(rung, {}).get("status"),
-                }
-            for n in present[1:]:
-                if n in disagree:
-                    row["vs_ref"][n] = {"call": "not compared",
-                                        "text": f"not compared: {', '.join(disagree[n])} differ"}
-                    continue
-                same = bool(identity.get(n)) and identity.get(n) == identity.get(ref_here)
-                r, floors = vs_ref(per_host[ref_here][1], per_host[n][1], rung,
-                                   None if same else drift)
-                floor = None if None in floors[:2] else max(f for f in floors if f is not None)
-                v = stats.verdict(r, floor)
-                text = v.text.replace("paired rounds", "rounds")
-                if same:
-                    text = f"A/A, same CPU identity (run-to-run drift, not hardware): {text}"
-                elif drift is not None:
-                    text += f" (includes the A/A drift floor {drift * 100:.1f} %)"
-                row["vs_ref"][n] = {"ratio": asdict(r), "floor": floor, "call": v.call,
-                                    "same_identity": same, "text": text}
-            rungs.append(row)
-        comparisons.append({"model": key[0], "quant": key[1], "workload": key[2],
-                            "reference": ref_here, "hosts": present,
-                            "metadata_disagree": disagree, "rungs": rungs})
-
-    # which hosts shared which build: the floor once per arch, native builds per CPU identity
-    builds: dict[str, dict[str, Any]] = {}
-    for (_, doc), name in zip(docs, names):
-        for r in doc.get("rungs") or []:
-            if r.get("twin_of"):
-                continue
-            b = builds.setdefault(f"{r['name']}:{r['build_key']}",
-                                  {"rung": r["name"], "build_key": r["build_key"], "hosts": []})
-            b["hosts"].append(name)
+    drift, aa_pairs = aa_drift(by_key, names, identity, conf)
     return {
         "format": FORMAT,
         "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "hosts": hosts, "reference": ref, "comparisons": comparisons,
+        "hosts": hosts, "reference": ref,
+        "comparisons": [comparison(k, by_key[k], names, identity, drift, conf)
+                        for k in sorted(by_key)],
         "evidence_only": [{"host": n, "emulated": doc.get("emulated"), "rows": evidence_only(doc)}
                           for (_, doc), n in zip(docs, names) if n in emulated],
         "drift": {"pairs": sorted(aa_pairs), "floor": drift,
                   "definition": "largest reach (log scale, as for a noise floor) of the CI of any "
                                 "rung's ratio between the reference and a host with its CPU "
                                 "identity (an A/A pair)"},
-        "builds": sorted(builds.values(), key=lambda b: (b["rung"], b["build_key"])),
+        "builds": shared_builds(docs, names),
         "method": ("each host's largest thread count per cell; within a host, its own noise floor "
                    "(control vs twin); across hosts, ratio of geometric-mean round throughputs "
                    "with a Welch t-interval on the log scale, called only when the whole interval "

@@ -48,25 +48,7 @@ def main(spec_path: str, out_path: str) -> int:
     start = time.monotonic()
     deadline = start + float(spec.get("timeout_s", 600))
     try:
-        argv = spec["argv"]
-        target = dbg.CreateTarget(argv[0])
-        if not target.IsValid():
-            raise RuntimeError(f"lldb cannot load {argv[0]}")
-        main_bp = target.BreakpointCreateByName("main", target.GetExecutable().GetFilename())
-        info = lldb.SBLaunchInfo(argv[1:])
-        env = lldb.SBEnvironment()
-        for k, v in {**os.environ, **spec.get("env", {})}.items():
-            env.Set(k, v, True)
-        info.SetEnvironment(env, False)
-        if spec.get("cwd"):
-            info.SetWorkingDirectory(spec["cwd"])
-        for fd, path in ((0, "/dev/null"), (1, spec.get("stdout", "/dev/null")),
-                         (2, spec.get("stderr", "/dev/null"))):
-            info.AddOpenFileAction(fd, path, fd == 0, fd != 0)
-        error = lldb.SBError()
-        process = target.Launch(info, error)
-        if not error.Success() or not process.IsValid():
-            raise RuntimeError(f"lldb launch failed: {error.GetCString()}")
+        target, process, main_bp = _launch(dbg, spec)
         result["pid"] = pid = process.GetProcessID()
         # The watchdog: a run that never stops again (no more hits) still ends at the deadline.
         def expire() -> None:
@@ -83,41 +65,7 @@ def main(spec_path: str, out_path: str) -> int:
             target.BreakpointDelete(main_bp.GetID())
         else:
             raise RuntimeError(f"the process did not stop at main (state {process.GetState()})")
-        # Shared libraries linked at build time are mapped now: place breakpoints by address.
-        loaded = {os.path.realpath(m.GetFileSpec().fullpath): m for m in target.module_iter()
-                   if m.GetFileSpec().fullpath}
-        by_bp: dict[int, dict[str, Any]] = {}
-        for p in spec["probes"]:
-            module = loaded.get(os.path.realpath(p["module"]))
-            if module is None:
-                result["unresolved"].append({"id": p["id"], "why": f"{p['module']} not loaded"})
-                continue
-            addr = module.ResolveFileAddress(int(p["file_addr"]))
-            bp = target.BreakpointCreateBySBAddress(addr)
-            if not bp.IsValid() or bp.GetNumLocations() == 0:
-                result["unresolved"].append({"id": p["id"], "why": "no breakpoint location"})
-                continue
-            by_bp[bp.GetID()] = {**p, "bp": bp}
-            result["hits"][p["id"]] = 0
-        while True:
-            if time.monotonic() > deadline:
-                result["timed_out"] = True
-                result["error"] = f"timed out after {spec.get('timeout_s', 600)} s"
-                break
-            state = process.GetState()
-            if state == lldb.eStateExited:
-                result["exit"] = process.GetExitStatus()
-                if result["timed_out"]:
-                    result["error"] = f"timed out after {spec.get('timeout_s', 600)} s"
-                break
-            if state in (lldb.eStateCrashed, lldb.eStateDetached, lldb.eStateInvalid):
-                result["error"] = f"process state {state}"
-                break
-            if state == lldb.eStateStopped:
-                signo = _handle_stop(process, by_bp, result)
-                if signo is not None:
-                    break
-            process.Continue()
+        _run(process, _place_probes(target, spec, result), result, deadline, spec)
     except Exception as exc:  # reported, never raised: the caller still gets a result file
         result["error"] = f"{type(exc).__name__}: {exc}"
     finally:
@@ -133,6 +81,80 @@ def main(spec_path: str, out_path: str) -> int:
         json.dump(result, f, indent=1)
     os.replace(tmp, out_path)
     return 0
+
+
+def _launch(dbg: Any, spec: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """The target launched under lldb, stopping at ``main``."""
+    import lldb  # noqa: PLC0415
+
+    argv = spec["argv"]
+    target = dbg.CreateTarget(argv[0])
+    if not target.IsValid():
+        raise RuntimeError(f"lldb cannot load {argv[0]}")
+    main_bp = target.BreakpointCreateByName("main", target.GetExecutable().GetFilename())
+    info = lldb.SBLaunchInfo(argv[1:])
+    env = lldb.SBEnvironment()
+    for k, v in {**os.environ, **spec.get("env", {})}.items():
+        env.Set(k, v, True)
+    info.SetEnvironment(env, False)
+    if spec.get("cwd"):
+        info.SetWorkingDirectory(spec["cwd"])
+    for fd, path in ((0, "/dev/null"), (1, spec.get("stdout", "/dev/null")),
+                     (2, spec.get("stderr", "/dev/null"))):
+        info.AddOpenFileAction(fd, path, fd == 0, fd != 0)
+    error = lldb.SBError()
+    process = target.Launch(info, error)
+    if not error.Success() or not process.IsValid():
+        raise RuntimeError(f"lldb launch failed: {error.GetCString()}")
+    return target, process, main_bp
+
+
+def _place_probes(target: Any, spec: dict[str, Any],
+                  result: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Shared libraries linked at build time are mapped now: place breakpoints by address."""
+    loaded = {os.path.realpath(m.GetFileSpec().fullpath): m for m in target.module_iter()
+              if m.GetFileSpec().fullpath}
+    by_bp: dict[int, dict[str, Any]] = {}
+    for p in spec["probes"]:
+        module = loaded.get(os.path.realpath(p["module"]))
+        if module is None:
+            result["unresolved"].append({"id": p["id"], "why": f"{p['module']} not loaded"})
+            continue
+        addr = module.ResolveFileAddress(int(p["file_addr"]))
+        bp = target.BreakpointCreateBySBAddress(addr)
+        if not bp.IsValid() or bp.GetNumLocations() == 0:
+            result["unresolved"].append({"id": p["id"], "why": "no breakpoint location"})
+            continue
+        by_bp[bp.GetID()] = {**p, "bp": bp}
+        result["hits"][p["id"]] = 0
+    return by_bp
+
+
+def _run(process: Any, by_bp: dict[int, dict[str, Any]], result: dict[str, Any],
+         deadline: float, spec: dict[str, Any]) -> None:
+    """Continue the process from stop to stop, counting hits, until it exits, crashes, or
+    the deadline passes."""
+    import lldb  # noqa: PLC0415
+
+    while True:
+        if time.monotonic() > deadline:
+            result["timed_out"] = True
+            result["error"] = f"timed out after {spec.get('timeout_s', 600)} s"
+            return
+        state = process.GetState()
+        if state == lldb.eStateExited:
+            result["exit"] = process.GetExitStatus()
+            if result["timed_out"]:
+                result["error"] = f"timed out after {spec.get('timeout_s', 600)} s"
+            return
+        if state in (lldb.eStateCrashed, lldb.eStateDetached, lldb.eStateInvalid):
+            result["error"] = f"process state {state}"
+            return
+        if state == lldb.eStateStopped:
+            signo = _handle_stop(process, by_bp, result)
+            if signo is not None:
+                return
+        process.Continue()
 
 
 def _stopped_at(process: Any, bp_id: int) -> bool:

@@ -381,6 +381,107 @@ def roofline(cell: Mapping[str, Any], bandwidth_gbps: float | None,
     return out
 
 
+def bench_cells(bench_docs: Sequence[Mapping[str, Any]], plan: Mapping[str, Any],
+                stats_cfg: Mapping[str, Any], missing: list[dict[str, str]]
+                ) -> list[dict[str, Any]]:
+    """Every bench cell summarized and judged (``stats.summarize_cell``), sorted; an
+    unreadable or uncombinable cell is listed as missing, never guessed."""
+    cells = []
+    for doc in bench_docs:
+        try:
+            summary = stats.summarize_cell(
+                doc, plan["ladder_order"], plan.get("control"), plan.get("twin"),
+                confidence=stats_cfg["confidence"], resamples=stats_cfg["bootstrap_resamples"],
+                seed=stats_cfg["seed"], thresholds=stats_cfg.get("threshold"))
+        except LadderError as exc:
+            missing.append({"file": f"bench {doc.get('quant')}/{doc.get('workload')}",
+                            "problem": str(exc)})
+            continue
+        cells.append({**summary, **cell_metadata(doc)})
+    cells.sort(key=lambda c: (c["model"]["model"], c["quant"], c["workload"], c["threads"]))
+    return cells
+
+
+def cell_metadata(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """What a cell's samples file says about how it was measured, carried into the report."""
+    out: dict[str, Any] = {
+        "model": doc["model"], "rung_status": doc["rungs"], "rounds": doc["rounds"],
+        "warmup_rounds": doc.get("warmup_rounds", 0), "repetitions": doc.get("repetitions", 1),
+        "retired": (doc.get("retire") or {}).get("retired") or {}, "cpus": doc.get("cpus"),
+        "seed": doc["seed"], "orders": doc["orders"], "workload_spec": doc["workload_spec"]}
+    if doc.get("auto_repetitions"):  # calibrated per rung from the warmup round's speed
+        out["repetitions_by_rung"] = doc.get("repetitions_by_rung")
+        out["auto_repetitions"] = doc["auto_repetitions"]
+    measured = [x for x in doc["samples"] if not x.get("warmup")] or doc["samples"]
+    out["model_size"] = measured[0].get("model_size") if measured else None
+    out["model_n_params"] = next((x["model_n_params"] for x in measured
+                                  if x.get("model_n_params")), None)
+    return out
+
+
+def quality_section(plan: Mapping[str, Any], quality: Sequence[str],
+                    missing: list[dict[str, str]]) -> tuple[dict[str, dict[str, Any]],
+                                                            dict[str, float]]:
+    """Quality records per quant and rung, each judged for drift against the reference."""
+    by_quant: dict[str, dict[str, Any]] = {}
+    tolerance = plan.get("quality_tolerance") or {"ppl_rel": 0.01, "kld_mean": 0.01}
+    for q in _load_all(quality, missing):
+        by_quant.setdefault(str(q.get("quant", "?")).lower(), {})[q.get("rung", "?")] = q
+    for by_rung in by_quant.values():
+        ref = by_rung.get(plan.get("reference") or "")
+        for rec in by_rung.values():
+            rec["drift"] = judge_drift(rec, ref, tolerance)
+    return by_quant, tolerance
+
+
+def annotate_steps(cells: Sequence[dict[str, Any]], *, plan: Mapping[str, Any],
+                   evidence: Mapping[str, Mapping[str, Any]],
+                   quality: Mapping[str, Mapping[str, Any]], ledger_doc: Any,
+                   kt: Any, rungs: Sequence[Mapping[str, Any]], bw: float | None,
+                   peak: float | None, price: Any) -> None:
+    """Each cell's roofline and cost, and each step's credit, drift, dispatch, kernels and
+    attribution: what the report says beside a ratio."""
+    ledger_cells = ledger_doc["cells"] if ledger_doc else []
+    rung_by_name = {r["name"]: r for r in rungs}
+    for cell in cells:
+        cell["roofline"] = roofline(cell, bw, peak)
+        cell["cost"] = cost_table(cell, price)
+        phase = workload_phase(cell.get("workload_spec") or {})
+        for step in cell["steps"] + cell["vs_floor"]:
+            ev = evidence.get(cell["quant"], {}).get(step["rung"])
+            step["credit"] = credit_line(ev)
+            q = quality.get(cell["quant"], {}).get(step["rung"])
+            step["drift"] = q["drift"] if q else None
+            step["dispatch"] = (dispatch_for(ledger_cells, plan_twin(plan, step["rung"]),
+                                             cell["quant"], phase, cell["threads"],
+                                             cell["workload"])
+                                if ledger_doc else None)
+            step["kernels"] = kernel_flag(kt, plan_twin(plan, step["rung"]))
+            step["attribution"] = attribution(
+                step["verdict"]["call"], ev, step["dispatch"], rung_by_name.get(step["rung"]),
+                cell.get("model_size"))
+
+
+def provenance_section(*, src: Mapping[str, Any], host_doc: Mapping[str, Any],
+                       plan: Mapping[str, Any], ran_on: Any, model_docs: Any,
+                       stats_cfg: Mapping[str, Any], multiplicity: Any, pooled: Any
+                       ) -> dict[str, Any]:
+    return {
+        "source": {k: src.get(k) for k in ("identity", "source_id", "upstream_commit",
+                                           "upstream_commit_verified",
+                                           "upstream_commit_claimed", "label", "tree")},
+        "host": host_doc,
+        "host_config": plan.get("host"),
+        "ran_on": ran_on,
+        "quantizer_build_key": plan.get("quantizer_build_key"),
+        "models": model_docs,
+        "stats": {**dict(stats_cfg), "method": stats.METHOD,
+                  "unpaired_method": stats.UNPAIRED_METHOD, "rule": stats.RULE,
+                  "multiplicity": multiplicity, "pooled_checks": pooled},
+        "tools": tool_versions(),
+    }
+
+
 def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: str, host: str,
               builds: Sequence[str], models: Sequence[str], evidence: Sequence[str],
               bench: Sequence[str], quality: Sequence[str] = (),
@@ -395,93 +496,34 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
     src = _load_first([source], missing) or {}
     host_doc = _load_first([host], missing) or {}
     build_docs = {b.get("build_key"): b for b in _load_all(builds, missing)}
-    model_docs = _load_all(models, missing)
     ev_docs = _load_all(evidence, missing)
     bench_docs = _load_all(bench, missing)
-    ran_on = check_ran_on(plan, host_doc, bench_docs)
-
-    cells = []
-    for doc in bench_docs:
-        try:
-            summary = stats.summarize_cell(
-                doc, plan["ladder_order"], plan.get("control"), plan.get("twin"),
-                confidence=stats_cfg["confidence"], resamples=stats_cfg["bootstrap_resamples"],
-                seed=stats_cfg["seed"], thresholds=stats_cfg.get("threshold"))
-        except LadderError as exc:
-            missing.append({"file": f"bench {doc.get('quant')}/{doc.get('workload')}",
-                            "problem": str(exc)})
-            continue
-        summary["model"] = doc["model"]
-        summary["rung_status"] = doc["rungs"]
-        summary["rounds"] = doc["rounds"]
-        summary["warmup_rounds"] = doc.get("warmup_rounds", 0)
-        summary["repetitions"] = doc.get("repetitions", 1)
-        if doc.get("auto_repetitions"):  # calibrated per rung from the warmup round's speed
-            summary["repetitions_by_rung"] = doc.get("repetitions_by_rung")
-            summary["auto_repetitions"] = doc["auto_repetitions"]
-        summary["retired"] = (doc.get("retire") or {}).get("retired") or {}
-        summary["cpus"] = doc.get("cpus")
-        summary["seed"] = doc["seed"]
-        summary["orders"] = doc["orders"]
-        summary["workload_spec"] = doc["workload_spec"]
-        measured = [x for x in doc["samples"] if not x.get("warmup")] or doc["samples"]
-        summary["model_size"] = measured[0].get("model_size") if measured else None
-        summary["model_n_params"] = next((x["model_n_params"] for x in measured
-                                          if x.get("model_n_params")), None)
-        cells.append(summary)
-    cells.sort(key=lambda c: (c["model"]["model"], c["quant"], c["workload"], c["threads"]))
+    cells = bench_cells(bench_docs, plan, stats_cfg, missing)
     multiplicity = stats.fdr_adjust(cells, stats_cfg["confidence"])
     pooled = stats.pooled_checks(cells, stats_cfg["confidence"])
-
     rungs = []
     for pr in plan["rungs"]:
         b = build_docs.get(pr["build_key"])
-        st = rung_status(pr, b, ev_docs, cells)
-        rungs.append({**pr, **st,
+        rungs.append({**pr, **rung_status(pr, b, ev_docs, cells),
                       "build": {k: (b or {}).get(k) for k in
                                 ("status", "reason", "log", "configure_wall_s", "build_wall_s",
                                  "ccache", "material")} if b else None})
-
     evidence_by_quant: dict[str, dict[str, Any]] = {}
     for ev in ev_docs:
         evidence_by_quant.setdefault(str(ev.get("quant", "?")).lower(), {})[ev.get("rung", "?")] = ev
-    quality_by_quant: dict[str, dict[str, Any]] = {}
-    tolerance = plan.get("quality_tolerance") or {"ppl_rel": 0.01, "kld_mean": 0.01}
-    for q in _load_all(quality, missing):
-        quality_by_quant.setdefault(str(q.get("quant", "?")).lower(), {})[q.get("rung", "?")] = q
-    for quant, by_rung in quality_by_quant.items():
-        ref = by_rung.get(plan.get("reference") or "")
-        for rec in by_rung.values():
-            rec["drift"] = judge_drift(rec, ref, tolerance)
+    quality_by_quant, tolerance = quality_section(plan, quality, missing)
     bw_doc = _load_first(bandwidth, missing)
-    bw = (bw_doc or {}).get("bandwidth_gbps")
     peak = (report_cfg or {}).get("peak_gflops")
     price, price_note = host_price(cost, (plan.get("host") or {}).get("instance"))
     ledger_doc = _load_first(ledger, missing)
-    ledger_cells = ledger_doc["cells"] if ledger_doc else []
     hot = hotspot_section(plan, hotspots, missing)
     kt = kernel_tests_section(plan, kernel_tests, missing)
-    for lc in ledger_cells:
+    for lc in ledger_doc["cells"] if ledger_doc else []:
         lc["time"] = time_share(hot, lc)
-    rung_by_name = {r["name"]: r for r in rungs}
-    for cell in cells:
-        cell["roofline"] = roofline(cell, bw, peak)
-        cell["cost"] = cost_table(cell, price)
-        phase = workload_phase(cell.get("workload_spec") or {})
-        for step in cell["steps"] + cell["vs_floor"]:
-            step["credit"] = credit_line(evidence_by_quant.get(cell["quant"], {}).get(step["rung"]))
-            q = quality_by_quant.get(cell["quant"], {}).get(step["rung"])
-            step["drift"] = q["drift"] if q else None
-            step["dispatch"] = (dispatch_for(ledger_cells, plan_twin(plan, step["rung"]),
-                                             cell["quant"], phase, cell["threads"],
-                                             cell["workload"])
-                                if ledger_doc else None)
-            step["kernels"] = kernel_flag(kt, plan_twin(plan, step["rung"]))
-            step["attribution"] = attribution(
-                step["verdict"]["call"],
-                evidence_by_quant.get(cell["quant"], {}).get(step["rung"]),
-                step["dispatch"], rung_by_name.get(step["rung"]), cell.get("model_size"))
-
+    annotate_steps(cells, plan=plan, evidence=evidence_by_quant, quality=quality_by_quant,
+                   ledger_doc=ledger_doc, kt=kt, rungs=rungs,
+                   bw=(bw_doc or {}).get("bandwidth_gbps"), peak=peak, price=price)
+    serving = (serving_points or serving_prefix or serving_concurrency or serving_load)
     return {
         "format": FORMAT,
         "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -489,20 +531,11 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
         # an emulated host's report is evidence only: no throughput (README "Emulated lane")
         "emulated": plan.get("emulated"),
         "control": plan.get("control"), "twin": plan.get("twin"),
-        "provenance": {
-            "source": {k: src.get(k) for k in ("identity", "source_id", "upstream_commit",
-                                               "upstream_commit_verified",
-                                               "upstream_commit_claimed", "label", "tree")},
-            "host": host_doc,
-            "host_config": plan.get("host"),
-            "ran_on": ran_on,
-            "quantizer_build_key": plan.get("quantizer_build_key"),
-            "models": model_docs,
-            "stats": {**dict(stats_cfg), "method": stats.METHOD,
-                      "unpaired_method": stats.UNPAIRED_METHOD, "rule": stats.RULE,
-                      "multiplicity": multiplicity, "pooled_checks": pooled},
-            "tools": tool_versions(),
-        },
+        "provenance": provenance_section(
+            src=src, host_doc=host_doc, plan=plan,
+            ran_on=check_ran_on(plan, host_doc, bench_docs),
+            model_docs=_load_all(models, missing), stats_cfg=stats_cfg,
+            multiplicity=multiplicity, pooled=pooled),
         "rungs": rungs,
         "evidence": evidence_by_quant,
         "negative_controls": negative_controls(rungs, evidence_by_quant),
@@ -524,7 +557,7 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
             points=plan.get("serving_points") or [],
             point_files=serving_points, prefix=serving_prefix,
             concurrency_files=serving_concurrency, load_files=serving_load)
-        if (serving_points or serving_prefix or serving_concurrency or serving_load) else None,
+        if serving else None,
         "missing": missing,
     }
 
