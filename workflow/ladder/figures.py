@@ -449,8 +449,10 @@ def load_curves(doc: Mapping[str, Any], load: Mapping[str, Any], out: Path
             ax.set_yscale("log")
             ax.set_xlabel(xlabel)
             ax.set_ylabel(f"{metric.upper()} (ms)")
-            if len(xs) == 1:
-                ax.set_xticks(xs)
+            ax.set_xticks(xs, [f"{x:g}" for x in xs])  # the levels measured, nothing between
+            if lim:
+                ax.annotate(f"limit {lim:g} ms", (xs[0], lim), textcoords="offset points",
+                            xytext=(2, 3), fontsize=7, color="#b22222")
             ax.grid(alpha=0.3)
             ax.set_title(f"{metric.upper()} p50 (solid) and p99 (dotted)", fontsize=10)
         axes[0][1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
