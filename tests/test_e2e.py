@@ -671,6 +671,7 @@ def test_serving_under_load_per_request_records(report, run_dir):
     assert all(r["check"]["cache_n"] == 0 for r in later if r["level"] == "agent-nocache")
     md = (run_dir / HOST / "report" / "ladder.md").read_text()
     assert "### Serving under load (llama-server)" in md and "goodput req/s" in md
+    assert "a round's p99 TTFT ms (95 % CI)" in md
     assert (run_dir / HOST / "report" / "figures" / "serving_load_closed.png").is_file()
     assert "Offline throughput view: llama-batched-bench" in md
 

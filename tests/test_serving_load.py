@@ -322,3 +322,16 @@ def test_levels_slots_and_context_follow_the_config():
     assert serveload.slots_for(cfg) == 4
     assert serveload.ctx_for(cfg) == 4 * (3 * (64 + 8) + 16)
     assert math.isclose(loadgen.poisson_schedule(0.5, 2, 1)[0], 0.0)
+
+
+def test_a_rounds_percentile_prints_with_its_interval_or_its_failures():
+    from ladder.render import _fmt_ms_ci
+
+    assert _fmt_ms_ci({"estimate": 71.7, "lo": 69.9, "hi": 73.6, "failed_rounds": 0}) == \
+        "71.7 (69.9-73.6)"
+    assert _fmt_ms_ci({"estimate": 1273.0, "lo": None, "hi": None, "failed_rounds": 1}) == \
+        "1273, 1 round(s) failed"
+    assert _fmt_ms_ci({"estimate": None, "failed_rounds": 3}) == "failed"
+    sec = loadview.summarize_load(synthetic_doc(fail_round=2), PLAN, STATS)
+    floor = next(r for r in sec["table"] if r["rung"] == "floor")
+    assert _fmt_ms_ci(floor["per_round"]["ttft_p99_ms"]).endswith(", 1 round(s) failed")

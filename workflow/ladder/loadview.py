@@ -79,8 +79,9 @@ def summarize_load(doc: Mapping[str, Any], plan: Mapping[str, Any],
                 continue
             row = {**lv, "rung": n, "pooled": p,
                    "per_round": {k: interval(per_round(doc, n, level, k), conf)
-                                 for k in ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms",
-                                           "tpot_p99_ms", "itl_p99_ms",
+                                 for k in ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms",
+                                           "tpot_p50_ms", "tpot_p90_ms", "tpot_p99_ms",
+                                           "itl_p50_ms", "itl_p90_ms", "itl_p99_ms",
                                            "output_tokens_per_s", "goodput_rps")},
                    "server_metrics": _metrics_peaks(doc, n, level)}
             if lv["kind"] == "agent":

@@ -52,6 +52,18 @@ def _fmt_ms(x: Any) -> str:
     return f"{x:.0f}" if x >= 100 else f"{x:.1f}"
 
 
+def _fmt_ms_ci(x: Any) -> str:
+    """A per-round latency across rounds: geometric mean (interval), and failed rounds."""
+    if not x or x.get("estimate") is None:
+        return "-" if not (x or {}).get("failed_rounds") else "failed"
+    out = _fmt_ms(x["estimate"])
+    if x.get("lo") is not None and x.get("hi") is not None:
+        out += f" ({_fmt_ms(x['lo'])}-{_fmt_ms(x['hi'])})"
+    if x.get("failed_rounds"):
+        out += f", {x['failed_rounds']} round(s) failed"
+    return out
+
+
 def _fmt_tps(x: float | None) -> str:
     if x is None:
         return "-"
@@ -68,6 +80,7 @@ def environment(link_base: str) -> jinja2.Environment:
     )
     env.filters["tps"] = _fmt_tps
     env.filters["ms"] = _fmt_ms
+    env.filters["ms_ci"] = _fmt_ms_ci
     env.filters["pct"] = lambda x: "-" if x is None else f"{x * 100:.1f} %"
     env.filters["mib"] = lambda d: ", ".join(f"{k} {v:.2f} MiB" for k, v in d.items()) or "-"
     env.filters["usd"] = lambda x: "-" if x is None else (f"${x:.3f}" if x < 10 else f"${x:.2f}")
