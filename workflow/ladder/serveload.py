@@ -222,13 +222,8 @@ def _one_server(*, name: str, rung: Mapping[str, Any], bin_dir: str, model: str,
         status.update(status="crashed" if rows else "failed", reason=str(exc), raw=log)
         brief = f"failed: {exc}"
     atomic_write_text(f"{stem}.json", json.dumps(
-        {"levels": rows, "requests": recs, "metrics": metrics_seen}, indent=1,
-        default=_json_safe))
+        {"levels": rows, "requests": recs, "metrics": metrics_seen}, indent=1, default=str))
     return {"levels": rows, "requests": recs, "brief": brief}
-
-
-def _json_safe(x: Any) -> Any:
-    return str(x)
 
 
 def _ms(v: float | str | None) -> str:

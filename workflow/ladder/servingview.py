@@ -198,21 +198,14 @@ def serving_section(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
             out[point["experiment"]].append(summarize_bench_point(doc, point, plan, stats_cfg))
         except LadderError as exc:
             missing.append({"file": path, "problem": str(exc)})
-    for path in prefix:
-        try:
-            out["prefix_cache"] = summarize_prefix(read_json(path), plan, stats_cfg)
-        except LadderError as exc:
-            missing.append({"file": path, "problem": str(exc)})
-    for path in concurrency_files:
-        try:
-            out["concurrency"] = summarize_concurrency(read_json(path), plan, stats_cfg)
-        except LadderError as exc:
-            missing.append({"file": path, "problem": str(exc)})
-    for path in load_files:
-        try:
-            out["load"] = summarize_load(read_json(path), plan, stats_cfg)
-        except LadderError as exc:
-            missing.append({"file": path, "problem": str(exc)})
+    for key, files, summarize in (("prefix_cache", prefix, summarize_prefix),
+                                  ("concurrency", concurrency_files, summarize_concurrency),
+                                  ("load", load_files, summarize_load)):
+        for path in files:
+            try:
+                out[key] = summarize(read_json(path), plan, stats_cfg)
+            except LadderError as exc:
+                missing.append({"file": path, "problem": str(exc)})
     # one Benjamini-Hochberg family for the serving experiments' comparisons
     out["multiplicity"] = stats.fdr_adjust(
         [p["cell"] for e in BENCH_EXPERIMENTS for p in out[e]]
