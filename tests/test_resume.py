@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from workflow_runner import ROOT, run_snakemake, shared_resources
+from workflow_runner import ROOT, run_snakemake, serving_off, shared_resources
 
 from ladder.locks import main as clear_lock
 
@@ -40,8 +40,7 @@ def small_config(path: Path) -> Path:
     cfg["hotspots"] = {"enabled": False}
     cfg["kernel_tests"] = {"enabled": False}
     cfg["report"]["bandwidth_probe"]["enabled"] = False
-    cfg["serving"] = {k: {"enabled": False} for k in ("context", "kv_cache", "ubatch", "toggle",
-                                                      "prefix_cache", "concurrency")}
+    cfg["serving"] = serving_off()
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
 

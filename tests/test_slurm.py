@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 import slurm_cluster
+from workflow_runner import serving_off
 
 ROOT = Path(__file__).resolve().parents[1]
 E2E_CONFIG = ROOT / "tests" / "configs" / "e2e.yaml"
@@ -42,8 +43,7 @@ def fleet_config(extra_hosts: list[dict] | None = None) -> dict:
     cfg["dispatch"]["threads"] = ["all"]
     # the serving levers, hotspots and kernel tests are tested locally (test_e2e); here only
     # the fleet path
-    cfg["serving"] = {k: {"enabled": False} for k in ("context", "kv_cache", "ubatch", "toggle",
-                                                      "prefix_cache", "concurrency")}
+    cfg["serving"] = serving_off()
     cfg["hotspots"] = {"enabled": False}
     cfg["kernel_tests"] = {"enabled": False}
     # Two 1-CPU hosts sharing the node, not two whole-node hosts: their jobs run side by side

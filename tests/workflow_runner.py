@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -37,6 +39,14 @@ def kleidiai_overlay(workdir: Path, archive: Path | None = None,
     path.write_text("vendor_sources:\n  KleidiAI:\n    kind: archive\n"
                     f"    path: '{arc}'\n    sha256: '{sha256}'\n")
     return path
+
+
+def serving_off() -> dict[str, dict[str, bool]]:
+    """``serving`` with every experiment of the default config off (a new experiment too: a
+    small config that forgot one ran the load experiment for 12 min in CI)."""
+    default = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["serving"]
+    return {k: {"enabled": False} for k, v in default.items()
+            if isinstance(v, dict) and "enabled" in v}
 
 
 def run_snakemake(workdir: Path, *args: str, config: Path | list[Path],
