@@ -195,6 +195,23 @@ def test_translation_log_gives_kernel_presence() -> None:
     assert argv[1:3] == ["-d", "in_asm"] and argv[4] == "0x5500522a64+4"
 
 
+def test_the_exec_log_filters_only_what_the_plain_run_translated() -> None:
+    """Exec logging slows with every -dfilter range, so the instrumented run filters on the
+    symbols its plain run translated; without a translation record, on every dispatch-level
+    symbol (never an empty filter)."""
+    from ladder.counting import exec_filter
+
+    text = (FIX / "repack-max-q4_0-decode-t2.in_asm.log").read_text()
+    entries = {0x5500520110: "gemv_q4_0", 0x5500522A64: "gemv_q8_0", 0x5500523CB0: "gemm_q4_0",
+               0x55005100A0: "mul_mat", 0x550052AF40: "repack_forward"}
+    seen = emulation.count_translations(text, entries)
+    kept = exec_filter(entries, seen, {"mul_mat", "repack_forward"})
+    assert kept == {0x5500520110: "gemv_q4_0", 0x5500522A64: "gemv_q8_0"}
+    assert exec_filter(entries, {}, {"mul_mat", "repack_forward"}) == {
+        0x55005100A0: "mul_mat", 0x550052AF40: "repack_forward"}
+    assert exec_filter(entries, None, {"mul_mat"}) == {0x55005100A0: "mul_mat"}
+
+
 def test_the_emulated_lane_is_one_overlay(default_config):
     """emulation.effective_settings is the only place the lane differs from a real host: the
     two are compared key by key, and nothing else in the plan branches on emulation."""

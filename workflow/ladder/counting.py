@@ -4,12 +4,12 @@
   dispatch-level symbols and kernels, any thread count).
 - ``lldb`` / ``lldb-presence``: breakpoints through lldb's Python API (dispatch-level symbols
   counted, kernels first hit only; or first hits only).
-- ``qemu-exec``: a guest under qemu-user, counted by QEMU's own exec log (dispatch-level
-  symbols and the kernels its plain run translated, per guest thread), 1-thread cells checked
-  again through QEMU's gdbstub.
+- ``qemu-exec``: a guest under qemu-user, counted by QEMU's own exec log (the dispatch-level
+  symbols and kernels its plain run translated, per guest thread), 1-thread cells checked
+  again through QEMU's gdbstub (on every dispatch-level symbol).
 
 Each method runs the uninstrumented ``plain`` run of a cell (the baseline; under qemu it also
-logs which kernels were translated) and the instrumented ``count`` run, and returns what it
+logs which symbols were translated) and the instrumented ``count`` run, and returns what it
 saw as a :class:`Counted`. The cell logic (``ladder.dispatch``) only judges.
 """
 
@@ -158,23 +158,22 @@ class QemuExecMethod(Method):
         self.start_code = self.bias + exec_segment_vaddr(tool)
         self.crosscheck = crosscheck
         self.work_dir = Path(work_dir)
-        self.kernel_entries = {p.entry + self.bias: p.id for p in self.probes
-                               if p.kind == "kernels"}
+        self.entries = {p.entry + self.bias: p.id for p in self.probes}
         self.translated: dict[Any, dict[str, int]] = {}
         self.session_info = {
             "load_bias": hex(self.bias), "launcher": list(self.launcher),
-            "note": "dispatch-level symbols: QEMU -d exec,nochain -dfilter on their entries "
-                    "(exact calls per guest thread); kernels: seen translated (-d in_asm) in "
-                    "the plain run, then counted in the exec log like the dispatch symbols"}
+            "note": "every symbol (dispatch-level and kernels) first seen translated (-d in_asm) "
+                    "in the plain run; those entered are then counted by QEMU -d exec,nochain "
+                    "-dfilter on their entries (exact calls per guest thread); a symbol never "
+                    "translated never ran: 0 calls"}
 
     def plain(self, tool_argv, env, stem, key, timeout):  # type: ignore[override]
         from ladder.emulation import count_translations, translation_log_argv
 
         asm_log = f"{stem}.qemu-in_asm.log"
-        res = run(translation_log_argv(self.launcher, self.kernel_entries, asm_log)
+        res = run(translation_log_argv(self.launcher, self.entries, asm_log)
                   + list(tool_argv), env=dict(env), timeout_s=timeout)
-        self.translated[key] = count_translations(read_and_compress(asm_log),
-                                                  self.kernel_entries)
+        self.translated[key] = count_translations(read_and_compress(asm_log), self.entries)
         _keep(stem, res, "plain")
         return res
 
@@ -182,11 +181,12 @@ class QemuExecMethod(Method):
         from ladder.emulation import (count_entries, exec_log_argv, guest_crash, start_code,
                                       thread_counts)
 
-        # dispatch-level symbols, and the kernels the plain run translated (entered): a few
-        # ranges, so every call of them is counted per guest thread at little extra cost
-        seen = self.translated.get(key) or {}
-        entries = {p.entry + self.bias: p.id for p in self.probes
-                   if p.kind == "dispatch" or p.id in seen}
+        # only the symbols the plain run translated (entered): exec logging slows with every
+        # -dfilter range (KleidiAI's 20 dispatch symbols and 6 kernels: 130 s a cell, against
+        # 28 s plain), and an entry QEMU never translated never ran. With no translation
+        # record (a failed plain run), every dispatch-level symbol.
+        entries = exec_filter(self.entries, self.translated.get(key),
+                              {p.id for p in self.probes if p.kind == "dispatch"})
         exec_log = f"{stem}.qemu-exec.log"
         inst = run(exec_log_argv(self.launcher, entries, exec_log) + list(tool_argv),
                    env=dict(env), timeout_s=timeout)
@@ -209,6 +209,7 @@ class QemuExecMethod(Method):
             "guest_threads": {f: sorted(c) for f, c in sorted(fam_threads.items())},
             "qemu_exec_log": f"{stem}.qemu-exec.log.gz",
             "qemu_in_asm_log": f"{stem}.qemu-in_asm.log.gz",
+            "exec_filter": {"symbols": len(entries), "of": len(self.entries)},
             "crosscheck": None}
         if self.crosscheck and crosscheck and failure is None:
             l3["crosscheck"] = self._crosscheck(tool_argv, hits, env, timeout)
@@ -233,6 +234,16 @@ class QemuExecMethod(Method):
                 if mine.get(k, 0) != gdb["counts"].get(k, 0)}
         return {**gdb, "agree": not diff, "disagree": diff,
                 "counts": {names[k]: v for k, v in gdb["counts"].items()}}
+
+
+def exec_filter(entries: Mapping[int, str], translated: Mapping[str, int] | None,
+                dispatch_ids: set[str]) -> dict[int, str]:
+    """The guest addresses an exec-logged run filters on: the probes its plain run translated
+    (a symbol never translated never ran); with no translation record (a failed plain run),
+    every dispatch-level symbol."""
+    if translated:
+        return {a: pid for a, pid in entries.items() if pid in translated}
+    return {a: pid for a, pid in entries.items() if pid in dispatch_ids}
 
 
 def choose_method(wanted: str, launcher: Sequence[str] = ()) -> tuple[str | None, Any, str | None]:
