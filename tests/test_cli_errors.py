@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import platform
 import shutil
@@ -12,7 +13,24 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ladder.errors import LadderError
+
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def start_up(override: dict) -> None:
+    """What the Snakefile runs before any job, in this process (a dry run spawns Snakemake:
+    4-13 s each on this machine kind)."""
+    from snakemake.utils import update_config
+
+    from ladder.config import check_config, validate_config
+    from ladder.hosts import hosts_from_config
+    from ladder.machine import host_arch
+
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    update_config(config, copy.deepcopy(override))
+    validate_config(config, ROOT / "workflow" / "schemas" / "config.schema.yaml")
+    check_config(config, list(hosts_from_config(config, host_arch())))
 
 
 def dry_run(tmp_path: Path, override: dict, env: dict | None = None,
@@ -67,7 +85,25 @@ def dry_run(tmp_path: Path, override: dict, env: dict | None = None,
                             "llama-quantize", "llama-server", "llama-batched-bench"]}},
      "kernel_tests needs test-quantize-fns, test-quantize-perf in build.targets"),
 ])
-def test_bad_config_is_named(tmp_path, override, expected):
+def test_bad_config_is_named(override, expected):
+    """Every start-up check, in process: the Snakefile's own sequence (config.yaml, then the
+    override on top as --configfile merges it; the schema; the hosts; check_config). The CLI
+    path of each kind of check is tested below through a real Snakemake dry run."""
+    with pytest.raises(LadderError) as err:
+        start_up(override)
+    assert expected in str(err.value)
+
+
+@pytest.mark.parametrize("override, expected", [
+    ({"measure": {"roundz": 3}}, "roundz"),  # the schema
+    ({"hosts": [{"name": "a"}, {"name": "a", "executor": "slurm", "arch": "x86_64",
+                                "partition": "p", "cpus": 2}]},
+     "hosts[1] (a).name: 'a' is listed twice"),  # the hosts
+    ({"build": {"targets": ["llama-bench", "llama-completion", "llama-perplexity",
+                            "llama-quantize", "llama-server", "llama-batched-bench"]}},
+     "kernel_tests needs test-quantize-fns, test-quantize-perf in build.targets"),  # check_config
+])
+def test_bad_config_is_named_by_the_real_workflow(tmp_path, override, expected):
     res = dry_run(tmp_path, override)
     assert res.returncode != 0
     assert expected in res.stdout + res.stderr
