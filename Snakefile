@@ -4,16 +4,12 @@ from snakemake.utils import min_version
 
 min_version("9.0")
 sys.path.insert(0, f"{workflow.basedir}/workflow")
-from ladder.config import validate_config
 from ladder.fleet import check_executor, explain_failures
 from ladder.quality import cleanup_logits
 from ladder.progress import announce_plan
 
 
 configfile: "config/config.yaml"
-
-
-validate_config(config, f"{workflow.basedir}/workflow/schemas/config.schema.yaml")
 
 
 include: "workflow/rules/common.smk"

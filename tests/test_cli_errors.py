@@ -19,18 +19,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def start_up(override: dict) -> None:
-    """What the Snakefile runs before any job, in this process (a dry run spawns Snakemake:
+    """What the Snakefile runs before any job (ladder.config.start_up), in this process, on
+    config.yaml with the override merged as --configfile does (a dry run spawns Snakemake:
     4-13 s each on this machine kind)."""
     from snakemake.utils import update_config
 
-    from ladder.config import check_config, validate_config
-    from ladder.hosts import hosts_from_config
-    from ladder.machine import host_arch
+    from ladder.config import start_up as checks
 
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     update_config(config, copy.deepcopy(override))
-    validate_config(config, ROOT / "workflow" / "schemas" / "config.schema.yaml")
-    check_config(config, list(hosts_from_config(config, host_arch())))
+    checks(config, ROOT / "workflow" / "schemas" / "config.schema.yaml")
 
 
 def dry_run(tmp_path: Path, override: dict, env: dict | None = None,

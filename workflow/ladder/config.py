@@ -68,6 +68,18 @@ def check_dispatch(settings: Mapping[str, Any], rungs: list[Rung], arch: str,
                               f"(known: {', '.join(fset.families)})")
 
 
+def start_up(config: MutableMapping[str, Any], schema_path: str | Path) -> list[Host]:
+    """Everything the workflow checks before planning any job, in order: the schema (filling in
+    its defaults), the hosts, then check_config. The hosts, as the config lists them."""
+    from ladder.hosts import hosts_from_config
+    from ladder.machine import host_arch
+
+    validate_config(config, schema_path)
+    hosts = list(hosts_from_config(config, host_arch()))
+    check_config(config, hosts)
+    return hosts
+
+
 def check_config(config: Mapping[str, Any], hosts: list[Host]) -> None:
     """Start-up checks that need no host facts: every host's ladder, quants, quality, prices."""
     from ladder.plan import ladder_of

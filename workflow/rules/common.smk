@@ -7,17 +7,19 @@ import sys
 from ladder import paths
 from ladder.errors import LadderError
 from ladder.machine import host_facts as local_facts
-from ladder.hosts import check_facts, hosts_from_config
+from ladder.hosts import check_facts
 from ladder.io import read_json
-from ladder.config import check_config
+from ladder.config import start_up
 from ladder.codeid import code_hash
 from ladder.plan import Plan
 from ladder.experiments import BENCH_EXPERIMENTS
-from ladder.machine import host_arch
 from ladder.vendor import vendor_id
 
-HOSTS = {h.name: h for h in hosts_from_config(config, host_arch())}
-check_config(config, list(HOSTS.values()))
+# the schema, the hosts and every start-up check (ladder.config.start_up)
+HOSTS = {
+    h.name: h
+    for h in start_up(config, f"{workflow.basedir}/workflow/schemas/config.schema.yaml")
+}
 R = str(config.get("resources_dir", "resources"))
 # builds and models are content-addressed, so they live beside the downloads and can be shared
 B = Plan.builds_dir_of(config)
