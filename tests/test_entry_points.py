@@ -66,3 +66,14 @@ def test_a_dry_run_names_the_hosts_it_cannot_plan_yet(tmp_path):
     assert "ladder: host c7g: planned once its host_facts job has read its facts" in res.stderr
     assert "ladder: host local:" not in res.stderr
     assert job_counts(res).get("bench", 0) >= 6  # this machine is planned in full (3 quants x 2)
+
+
+def test_one_emulated_dispatch_file_alone_plans_in_a_fresh_dir(tmp_path):
+    """Its priority function needs the host's plan, which waits for the host_facts checkpoint:
+    Snakemake took the pending checkpoint for a non-numeric priority and stopped (found
+    2026-12-04 asking for one rung's dispatch file to time it)."""
+    res = dry(fresh(tmp_path), "--configfile", str(ROOT / "config" / "emulated.yaml"), "--",
+              "results/hosts/emu_max/dispatch/gemma3-270m/floor.json")
+    assert res.returncode == 0, res.stderr[-3000:]
+    counts = job_counts(res)
+    assert (counts["host_facts"], counts["dispatch"], counts["total"]) == (1, 1, 2), counts

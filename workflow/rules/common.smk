@@ -14,6 +14,7 @@ from ladder.codeid import code_hash
 from ladder.plan import Plan
 from ladder.experiments import BENCH_EXPERIMENTS
 from ladder.vendor import vendor_id
+from snakemake.exceptions import IncompleteCheckpointException
 
 # the schema, the hosts and every start-up check (ladder.config.start_up)
 HOSTS = {
@@ -419,8 +420,16 @@ def dispatch_priority(wildcards):
     """A vendor library's dispatch jobs (its rung and runtime toggles) start first: the most
     kernel symbols to translate and count, so the longest jobs (emulated, 2026-12-02: KleidiAI
     468 s and its SME toggle 314 s; floor 114 s, native_repack 152 s). Started last, one ran
-    alone at the end while the other core idled."""
-    unit = host_plan(wildcards.host).dispatch_unit(wildcards.rung)
+    alone at the end while the other core idled.
+
+    Before an emulated host's facts exist (its dispatch file asked for alone, in a fresh work
+    dir) the plan is not known yet: 0, and Snakemake asks again once the checkpoint has run (it
+    would take the [] its own input-function wrapper returns for a pending checkpoint as a
+    non-numeric priority and stop)."""
+    try:
+        unit = host_plan(wildcards.host).dispatch_unit(wildcards.rung)
+    except IncompleteCheckpointException:
+        return 0
     return 1 if (unit.get("recipe") or {}).get("vendor") else 0
 
 
