@@ -92,3 +92,14 @@ def test_a_changed_statistic_reruns_the_analysis_not_the_measurement(tree):
     codeid._tree.cache_clear()
     bumped = {s: codeid.code_hash(s) for s in before}
     assert all(bumped[s] != after[s] for s in MEASURING)
+
+
+def test_building_the_plan_imports_no_measurement_code():
+    """Issue 32, item 4: ``Plan`` reaches the settings it plans from (``stages`` for hotspots
+    and kernel tests, ``experiments`` for serving), never the code that measures or analyses."""
+    reach = set(codeid.module_reach("plan"))
+    measuring = {"bench", "hotspots", "kerneltests", "serving", "serveload", "loadgen", "server",
+                 "dispatch", "debugger", "lldb_driver", "uprobes", "counting", "quality",
+                 "evidence", "bandwidth", "build", "run"}
+    assert not reach & (measuring | ANALYSIS), sorted(reach & (measuring | ANALYSIS))
+    assert {"stages", "experiments", "protocol"} <= reach

@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from ladder.errors import LadderError
-from ladder.hotspots import group_samples, parse_perf_report, phase_workloads
+from ladder.hotspots import group_samples, parse_perf_report
+from ladder.stages import phase_workloads
 from ladder.kernels import OTHER, load_families
 from ladder.kerneltests import ggml_type, parse_fns, parse_perf
 from ladder.report import kernel_flag, time_share

@@ -54,8 +54,17 @@ def direct_imports(path: Path) -> set[str]:
 
 def code_modules(script: str) -> list[str]:
     """Every package module the adapter ``scripts/<script>.py`` reaches, sorted."""
+    return _closure(direct_imports(SCRIPTS_DIR / f"{script}.py"))
+
+
+def module_reach(module: str) -> list[str]:
+    """Every package module ``ladder.<module>`` reaches (itself included), sorted."""
+    return _closure({module})
+
+
+def _closure(start: set[str]) -> list[str]:
     seen: set[str] = set()
-    todo = list(direct_imports(SCRIPTS_DIR / f"{script}.py"))
+    todo = list(start)
     while todo:
         mod = todo.pop()
         if mod in seen:

@@ -131,7 +131,7 @@ def check_config(config: Mapping[str, Any], hosts: list[Host]) -> None:
                               + " (or set kernel_tests.enabled: false)")
     hot = config.get("hotspots") or {}
     if hot.get("enabled"):
-        from ladder.hotspots import phase_workloads
+        from ladder.stages import phase_workloads
         phase_workloads(hot, config["measure"]["workloads"])
     if (srv.get("prefix_cache") or {}).get("enabled") and not quality.get("corpus"):
         raise LadderError("serving.prefix_cache takes its prefix from quality.corpus: set one")

@@ -23,20 +23,18 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ladder import progress
-from ladder.bench import bench_argv, phase_of
+from ladder.bench import bench_argv
 from ladder.errors import LadderError
 from ladder.io import atomic_write_json, atomic_write_text, read_json
 from ladder.kernels import FamilySet, load_families
 from ladder.machine import host_arch, host_brief
 from ladder.run import run
+from ladder.stages import phase_workloads
 
 log = logging.getLogger("ladder.hotspots")
 FORMAT = "ladder-hotspots/1"
 PHASES = ("prefill", "decode")
 APT_HINT = "apt-get install linux-perf"
-EMULATED_REASON = ("emulated host: perf would sample QEMU's translator, not the guest's "
-                   "kernels, so no hotspot is told")
-
 # "    45.23%          1234  libggml-cpu.so     [.] ggml_vec_dot_q4_0_q8_0"
 _ROW = re.compile(r"^\s*([\d.]+)%\s+(\d+)\s+(\S+)\s+\[(.)\]\s+(.*?)\s*$")
 _SAMPLES = re.compile(r"^# Samples: (\S+)\s+of event '([^']+)'")
@@ -161,32 +159,6 @@ def repetitions_for(bench_doc: Mapping[str, Any] | None, rung: str, spec: Mappin
     reps = max(1, min(cap, math.ceil(float(settings["min_seconds"]) / seconds)))
     return reps, (f"{reps} x {seconds:.2f} s (the bench's median {median:.1f} tokens/s)"
                   + (f", capped at max_repetitions {cap}" if reps == cap else ""))
-
-
-def phase_workloads(settings: Mapping[str, Any], workloads: Mapping[str, Any]
-                    ) -> dict[str, tuple[str, Mapping[str, Any]]]:
-    """phase -> (workload name, spec): hotspots.workloads names keys of measure.workloads; a
-    phase it leaves out (or all, when it is null) takes the bench's largest workload of that
-    phase, so a config that shrinks the bench's workloads samples what it measures."""
-    live = {w: s for w, s in workloads.items() if s}
-    named = dict(settings.get("workloads") or {})
-    for phase in ("prefill", "decode"):
-        if phase not in named:
-            same = sorted((int(s.get("n_prompt") or 0) + int(s.get("n_gen") or 0), w)
-                          for w, s in live.items() if phase_of(s) == phase)
-            if same:
-                named[phase] = same[-1][1]
-    out = {}
-    for phase, name in named.items():
-        spec = live.get(name)
-        if not spec:
-            raise LadderError(f"hotspots.workloads.{phase}: {name!r} is not a workload of "
-                              f"measure.workloads ({sorted(live)})")
-        if phase_of(spec) != phase:
-            raise LadderError(f"hotspots.workloads.{phase}: {name!r} is a {phase_of(spec)} "
-                              "workload")
-        out[phase] = (name, spec)
-    return out
 
 
 def sweep(*, rung: Mapping[str, Any], provenance: str, model_meta: str, quant: str,

@@ -28,9 +28,6 @@ from ladder.run import run
 log = logging.getLogger("ladder.kerneltests")
 FORMAT = "ladder-kernel-tests/1"
 FNS, PERF = "test-quantize-fns", "test-quantize-perf"
-EMULATED_REASON = ("emulated host: ggml's kernel tests are not run under QEMU here (timings "
-                   "under emulation say nothing about a CPU)")
-
 # "q4_0 absolute quantization error:    ok (0.001234)"; " f32 vec_dot n=   1:   ok (ref=…)"
 _FNS_ROW = re.compile(r"^\s*(\S+) (absolute quantization error|reference implementation error|"
                       r"dot product error(?: \(nrc=2\))?):\s+(ok|FAILED) \(([^)]*)\)")

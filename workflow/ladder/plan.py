@@ -11,7 +11,7 @@ from ladder.errors import LadderError
 from ladder.hosts import Host
 from ladder.io import canonical_hash
 from ladder.kernels import load_families
-from ladder import emulation, experiments, hotspots, kerneltests
+from ladder import emulation, experiments, stages
 from ladder.recipes import (
     Recipe,
     Rung,
@@ -303,7 +303,7 @@ class Plan:
     def hotspot_settings(self) -> dict[str, Any]:
         """The hotspots settings with each phase's workload resolved to a bench workload."""
         hot = dict(self.config["hotspots"])
-        hot["workloads"] = {p: w for p, (w, _) in hotspots.phase_workloads(
+        hot["workloads"] = {p: w for p, (w, _) in stages.phase_workloads(
             hot, self.config["measure"]["workloads"]).items()}
         return hot
 
@@ -450,7 +450,8 @@ class Plan:
             "serving_points": self.serving_points(),
             "cpu_identity": self.facts.get("identity"),
             "emulated": self.facts.get("emulated") if self.emulated else None,
-            "hotspots_unavailable": self._stage_reason("hotspots", hotspots.EMULATED_REASON),
+            "hotspots_unavailable": self._stage_reason("hotspots",
+                                                       stages.HOTSPOTS_EMULATED_REASON),
             "kernel_tests_unavailable": self._stage_reason("kernel_tests",
-                                                           kerneltests.EMULATED_REASON),
+                                                           stages.KERNEL_TESTS_EMULATED_REASON),
         }
