@@ -5,14 +5,11 @@ sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the l
 from ladder.adapter import run_step
 from ladder.report import write_report
 
-inp = snakemake.input
+# every named input as it is: the core's and each registered section's (ladder.sections)
+inputs = {name: list(files) if not isinstance(files, str) else [files]
+          for name, files in snakemake.input.items()}
 run_step(snakemake, lambda: write_report(
-    plan=snakemake.params.plan, stats_cfg=snakemake.params.stats,
-    source=inp.source, host=inp.host, builds=inp.builds, models=inp.models,
-    evidence=inp.evidence, bench=inp.bench, quality=inp.quality, ledger=inp.ledger,
-    bandwidth=inp.bandwidth, serving_points=inp.serving_points,
-    serving_prefix=inp.serving_prefix, serving_concurrency=inp.serving_concurrency,
-    serving_load=inp.serving_load,
-    hotspots=inp.hotspots, kernel_tests=inp.kernel_tests, report_cfg=snakemake.params.report, cost=snakemake.params.cost,
+    plan=snakemake.params.plan, stats_cfg=snakemake.params.stats, inputs=inputs,
+    report_cfg=snakemake.params.report, cost=snakemake.params.cost,
     out_json=snakemake.output.json,
 ))

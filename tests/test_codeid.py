@@ -18,6 +18,8 @@ def test_the_report_reaches_every_module_it_imports():
     mods = codeid.code_modules("report")
     assert {"report", "stats", "servingview", "loadview", "cost", "quality",
             "dispatch"} <= set(mods)
+    # a registered section's builder, named "ladder.<module>:<function>", counts too
+    assert {"sections", "profileview"} <= set(mods)
     # a module run as a program by file name (the lldb driver) counts too
     assert "lldb_driver" in codeid.code_modules("dispatch")
 

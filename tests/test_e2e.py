@@ -511,8 +511,9 @@ def test_rerender_lists_missing_and_malformed_inputs(report, run_dir, tmp_path):
     src_file.write_text(json.dumps(src))
     out_json = tmp_path / "ladder.json"
     write_report(plan=report["plan"], stats_cfg=report["provenance"]["stats"],
-                 source=str(src_file), host=host, builds=[], models=[],
-                 evidence=evidence + [str(broken)], bench=bench + [str(tmp_path / "gone.json")],
+                 inputs={"source": [str(src_file)], "host": [host],
+                         "evidence": evidence + [str(broken)],
+                         "bench": bench + [str(tmp_path / "gone.json")]},
                  out_json=str(out_json))
     doc = json.loads(out_json.read_text())
     problems = {m["file"] for m in doc["missing"]}

@@ -2,19 +2,23 @@
 
 A ``script:`` rule runs its adapter in ``scripts/`` and, through it, the modules of this package
 it imports, directly or through each other. ``code_modules`` walks those imports with ``ast``
-(imports inside functions included, and a package file another module runs as a program, named
-as a ``"<module>.py"`` string, e.g. the lldb driver); ``code_hash`` hashes each file's syntax
-tree with its docstrings left out, so a comment, a docstring or a reformatting reruns nothing,
-while any change of logic reruns every rule whose code reaches it."""
+(imports inside functions included; a package file another module runs as a program, named
+as a ``"<module>.py"`` string, e.g. the lldb driver; and a ``"ladder.<module>:<function>"``
+string, a function imported by name, e.g. a report section's builder); ``code_hash`` hashes
+each file's syntax tree with its docstrings left out, so a comment, a docstring or a
+reformatting reruns nothing, while any change of logic reruns every rule whose code reaches
+it."""
 
 from __future__ import annotations
 
 import ast
 import hashlib
+import re
 from functools import lru_cache
 from pathlib import Path
 
 PACKAGE = "ladder"
+_REF = re.compile(rf"{PACKAGE}\.(\w+):\w+")
 PACKAGE_DIR = Path(__file__).resolve().parent
 SCRIPTS_DIR = PACKAGE_DIR.parent.parent / "scripts"
 
@@ -49,6 +53,10 @@ def direct_imports(path: Path) -> set[str]:
         elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
               and node.value.endswith(".py") and "/" not in node.value):
             out.add(node.value[:-3])
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            ref = _REF.fullmatch(node.value)  # "ladder.<module>:<function>", imported by name
+            if ref:
+                out.add(ref.group(1))
     return {m for m in out if _module_file(m)}
 
 

@@ -16,6 +16,7 @@ import matplotlib.ticker
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from ladder.experiments import EXPERIMENTS, LEVERS  # noqa: E402
+from ladder.sections import SECTIONS  # noqa: E402
 from ladder.stats import phase_of  # noqa: E402
 
 COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3"]
@@ -477,6 +478,18 @@ def draw_all(doc: Mapping[str, Any], out_dir: str | Path) -> dict[str, Any]:
         "threads": thread_sweeps(doc, out),
         "drift": drift_scatter(doc, out),
         "roofline": roofline_bars(doc, out),
-        "serving": serving_figures(doc, out),
-        "hotspots": hotspot_bars(doc, out),
+        # each registered section's own (ladder.sections): a figure, a dict of them, or None
+        **{s.key: s.drawer()(doc, out) for s in SECTIONS if s.figures},  # type: ignore[misc]
     }
+
+
+def section_figures(figures: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The registered sections' figures, flat (for the HTML's embedded images)."""
+    out = []
+    for s in SECTIONS:
+        got = figures.get(s.key)
+        if isinstance(got, Mapping) and "file" in got:
+            out.append(dict(got))
+        elif isinstance(got, Mapping):
+            out += [dict(f) for f in got.values() if f]
+    return out

@@ -7,7 +7,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ladder.errors import LadderError
 
@@ -67,3 +67,21 @@ def canonical_hash(obj: Any, length: int = 16) -> str:
     """Stable short hash of plain data (sorted keys), used for content-addressed paths."""
     blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:length]
+
+
+def load_each(paths: Sequence[str], missing: list[dict[str, str]]) -> list[Any]:
+    """Every readable JSON of ``paths``; an unreadable one is listed in ``missing`` (the report
+    names it and goes on)."""
+    docs = []
+    for p in paths:
+        try:
+            docs.append(read_json(p))
+        except LadderError as exc:
+            missing.append({"file": str(p), "problem": str(exc)})
+    return docs
+
+
+def load_first(paths: Sequence[str], missing: list[dict[str, str]]) -> Any:
+    """The first of ``paths`` (a rule input list of zero or one file), or None."""
+    docs = load_each(list(paths)[:1], missing)
+    return docs[0] if docs else None

@@ -23,17 +23,28 @@ import jsonschema
 import yaml
 
 from ladder.errors import LadderError
-from ladder.figures import draw_all
+from ladder.figures import draw_all, section_figures
 from ladder.overview import overview
 from ladder.io import atomic_write_text, read_json
+from ladder.sections import SECTIONS
 
 WORKFLOW = Path(__file__).resolve().parent.parent
 TEMPLATES = WORKFLOW / "templates"
 SCHEMA = WORKFLOW / "schemas" / "report.schema.yaml"
 
 
-def validate(doc: Any, where: str) -> None:
+def report_schema() -> dict[str, Any]:
+    """report.schema.yaml with each registered section's fragment as its property."""
     schema = yaml.safe_load(SCHEMA.read_text())
+    for s in SECTIONS:
+        fragment = yaml.safe_load(s.parts()["schema"].read_text())
+        schema.setdefault("$defs", {}).update(fragment.pop("$defs", {}))
+        schema["properties"][s.key] = fragment
+    return schema  # type: ignore[no-any-return]
+
+
+def validate(doc: Any, where: str) -> None:
+    schema = report_schema()
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(doc),
                     key=lambda e: list(e.absolute_path))
     if errors:
@@ -104,15 +115,15 @@ def render_all(doc_path: str | Path, out_dir: str | Path, workdir: str | Path = 
     figures = draw_all(doc, fig_dir)
     drawn = [figures["overview"], *figures["ladder"].values(), *figures["prefill"],
              *figures["threads"],
-             figures["drift"], figures["roofline"], *figures["serving"].values(),
-             *([figures["hotspots"]] if figures.get("hotspots") else [])]
+             figures["drift"], figures["roofline"], *section_figures(figures)]
     uris = {f["file"]: _data_uri(fig_dir / f["file"]) for f in drawn if f["file"]}
     link_base = os.path.relpath(Path(workdir).resolve(), out.resolve()) + "/"
     env = environment("" if link_base == "./" else link_base)
     ov = overview(doc)
-    md = env.get_template("ladder.md.j2").render(doc=doc, figures=figures, ov=ov)
+    md = env.get_template("ladder.md.j2").render(doc=doc, figures=figures, ov=ov,
+                                                 sections=SECTIONS)
     html = env.get_template("ladder.html.j2").render(
-        doc=doc, figures=figures, uris=uris, ov=ov,
+        doc=doc, figures=figures, uris=uris, ov=ov, sections=SECTIONS,
         rendered_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
     atomic_write_text(out / "ladder.md", md)
     atomic_write_text(out / "ladder.html", html)

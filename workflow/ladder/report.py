@@ -6,31 +6,14 @@ import datetime as dt
 from dataclasses import asdict
 from typing import Any, Mapping, Sequence
 
-from ladder import stats
+from ladder import sections, stats
 from ladder.errors import LadderError
-from ladder.servingview import serving_section
-from ladder.io import atomic_write_json, read_json
+from ladder.io import atomic_write_json, load_each, load_first, read_json
 from ladder.dispatch import CREDITED, workload_phase
 from ladder.cost import cost_table, host_price
 from ladder.quality import judge_drift
 
 FORMAT = "ladder-report/1"
-
-
-def _load_all(paths: Sequence[str], missing: list[dict[str, str]]) -> list[dict[str, Any]]:
-    docs = []
-    for p in paths:
-        try:
-            docs.append(read_json(p))
-        except LadderError as exc:
-            missing.append({"file": str(p), "problem": str(exc)})
-    return docs
-
-
-def _load_first(paths: Sequence[str], missing: list[dict[str, str]]) -> Any:
-    """The first of ``paths`` (a rule input list of zero or one file), or None."""
-    docs = _load_all(list(paths)[:1], missing)
-    return docs[0] if docs else None
 
 
 def rung_status(plan_rung: Mapping[str, Any], build: Mapping[str, Any] | None,
@@ -281,27 +264,6 @@ def dispatch_for(ledger_cells: Sequence[Mapping[str, Any]], rung: str, quant: st
 LITTLE_TIME = 0.25  # a credited family holding less of the sampled time than this is said so
 
 
-def hotspot_section(plan: Mapping[str, Any], files: Sequence[str],
-                    missing: list[dict[str, str]]) -> dict[str, Any] | None:
-    """Every sampled cell (rung x quant x phase x threads), with what perf sampled per group."""
-    reason = plan.get("hotspots_unavailable")
-    if not files and not reason:
-        return None
-    docs = _load_all(files, missing)
-    groups: dict[str, str] = {}
-    cells = []
-    for d in docs:
-        groups.update(d.get("groups") or {})
-        for c in d.get("cells") or []:
-            cells.append({"rung": d["rung"], "raw_dir": d.get("raw_dir"), **c})
-    order = {n: i for i, n in enumerate(plan.get("ladder_order") or [])}
-    cells.sort(key=lambda c: (c["quant"], c["phase"] != "prefill", c["threads"],
-                              order.get(c["rung"], 99)))
-    meta = docs[0] if docs else {}
-    return {"unavailable": reason, "groups": groups, "cells": cells,
-            "frequency_hz": meta.get("frequency_hz"), "min_seconds": meta.get("min_seconds")}
-
-
 def time_share(hot: Mapping[str, Any] | None, ledger_cell: Mapping[str, Any]) -> dict[str, Any]:
     """The ledger family's share of the sampled time in the matching hotspot cell."""
     fam = ledger_cell.get("family")
@@ -324,22 +286,6 @@ def time_share(hot: Mapping[str, Any] | None, ledger_cell: Mapping[str, Any]) ->
     if ledger_cell.get("verdict") in CREDITED and share < LITTLE_TIME:
         text += " (it ran, but most of the time went elsewhere)"
     return {"share": round(share, 4), "text": text}
-
-
-def kernel_tests_section(plan: Mapping[str, Any], files: Sequence[str],
-                         missing: list[dict[str, str]]) -> dict[str, Any] | None:
-    reason = plan.get("kernel_tests_unavailable")
-    if not files and not reason:
-        return None
-    rungs = []
-    for d in _load_all(files, missing):
-        fns = d.get("fns") or {}
-        failed = [f"{c['type']} {c['test']} ({c['error']:g})" for c in fns.get("checks") or []
-                  if not c["ok"]]
-        rungs.append({**d, "failed_checks": failed})
-    order = {n: i for i, n in enumerate(plan.get("ladder_order") or [])}
-    rungs.sort(key=lambda r: order.get(r["rung"], 99))
-    return {"unavailable": reason, "rungs": rungs}
 
 
 def kernel_flag(kt: Mapping[str, Any] | None, rung: str) -> dict[str, Any] | None:
@@ -425,7 +371,7 @@ def quality_section(plan: Mapping[str, Any], quality: Sequence[str],
     """Quality records per quant and rung, each judged for drift against the reference."""
     by_quant: dict[str, dict[str, Any]] = {}
     tolerance = plan.get("quality_tolerance") or {"ppl_rel": 0.01, "kld_mean": 0.01}
-    for q in _load_all(quality, missing):
+    for q in load_each(quality, missing):
         by_quant.setdefault(str(q.get("quant", "?")).lower(), {})[q.get("rung", "?")] = q
     for by_rung in by_quant.values():
         ref = by_rung.get(plan.get("reference") or "")
@@ -482,22 +428,26 @@ def provenance_section(*, src: Mapping[str, Any], host_doc: Mapping[str, Any],
     }
 
 
-def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: str, host: str,
-              builds: Sequence[str], models: Sequence[str], evidence: Sequence[str],
-              bench: Sequence[str], quality: Sequence[str] = (),
-              ledger: Sequence[str] = (), bandwidth: Sequence[str] = (),
-              report_cfg: Mapping[str, Any] | None = None,
-              cost: Mapping[str, Any] | None = None, serving_points: Sequence[str] = (),
-              serving_prefix: Sequence[str] = (),
-              serving_concurrency: Sequence[str] = (), hotspots: Sequence[str] = (),
-              kernel_tests: Sequence[str] = (),
-              serving_load: Sequence[str] = ()) -> dict[str, Any]:
+CORE_INPUTS = ("source", "host", "builds", "models", "evidence", "bench", "quality", "ledger",
+               "bandwidth")
+
+
+def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
+              inputs: Mapping[str, Sequence[str]], report_cfg: Mapping[str, Any] | None = None,
+              cost: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The report JSON from the host_report rule's named inputs (file lists): the core's
+    (``CORE_INPUTS``; source and host are one file each) and each registered section's
+    (``ladder.sections``); a name not given is an empty list."""
+    def files(name: str) -> list[str]:
+        got = inputs.get(name) or []
+        return [got] if isinstance(got, str) else list(got)
+
     missing: list[dict[str, str]] = []
-    src = _load_first([source], missing) or {}
-    host_doc = _load_first([host], missing) or {}
-    build_docs = {b.get("build_key"): b for b in _load_all(builds, missing)}
-    ev_docs = _load_all(evidence, missing)
-    bench_docs = _load_all(bench, missing)
+    src = load_first(files("source"), missing) or {}
+    host_doc = load_first(files("host"), missing) or {}
+    build_docs = {b.get("build_key"): b for b in load_each(files("builds"), missing)}
+    ev_docs = load_each(files("evidence"), missing)
+    bench_docs = load_each(files("bench"), missing)
     cells = bench_cells(bench_docs, plan, stats_cfg, missing)
     multiplicity = stats.fdr_adjust(cells, stats_cfg["confidence"])
     pooled = stats.pooled_checks(cells, stats_cfg["confidence"])
@@ -511,19 +461,19 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
     evidence_by_quant: dict[str, dict[str, Any]] = {}
     for ev in ev_docs:
         evidence_by_quant.setdefault(str(ev.get("quant", "?")).lower(), {})[ev.get("rung", "?")] = ev
-    quality_by_quant, tolerance = quality_section(plan, quality, missing)
-    bw_doc = _load_first(bandwidth, missing)
+    quality_by_quant, tolerance = quality_section(plan, files("quality"), missing)
+    bw_doc = load_first(files("bandwidth"), missing)
     peak = (report_cfg or {}).get("peak_gflops")
     price, price_note = host_price(cost, (plan.get("host") or {}).get("instance"))
-    ledger_doc = _load_first(ledger, missing)
-    hot = hotspot_section(plan, hotspots, missing)
-    kt = kernel_tests_section(plan, kernel_tests, missing)
+    ledger_doc = load_first(files("ledger"), missing)
+    extra = sections.build_all(lambda s: sections.SectionContext(
+        plan=plan, stats_cfg=stats_cfg, files={n: files(n) for n in s.inputs}, missing=missing))
+    hot, kt = extra.get("hotspots"), extra.get("kernel_tests")
     for lc in ledger_doc["cells"] if ledger_doc else []:
         lc["time"] = time_share(hot, lc)
     annotate_steps(cells, plan=plan, evidence=evidence_by_quant, quality=quality_by_quant,
                    ledger_doc=ledger_doc, kt=kt, rungs=rungs,
                    bw=(bw_doc or {}).get("bandwidth_gbps"), peak=peak, price=price)
-    serving = (serving_points or serving_prefix or serving_concurrency or serving_load)
     return {
         "format": FORMAT,
         "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -534,7 +484,7 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
         "provenance": provenance_section(
             src=src, host_doc=host_doc, plan=plan,
             ran_on=check_ran_on(plan, host_doc, bench_docs),
-            model_docs=_load_all(models, missing), stats_cfg=stats_cfg,
+            model_docs=load_each(files("models"), missing), stats_cfg=stats_cfg,
             multiplicity=multiplicity, pooled=pooled),
         "rungs": rungs,
         "evidence": evidence_by_quant,
@@ -546,18 +496,11 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: 
         "reconciliation": thread_reconciliation(cells, plan["ladder_order"],
                                                 stats_cfg["confidence"]),
         "ledger": ledger_doc,
-        "hotspots": hot,
-        "kernel_tests": kt,
         "bandwidth": bw_doc,
         "peak_gflops": peak,
         "cost": {"price": price, "note": price_note,
                  "prices": list((cost or {}).get("prices") or [])},
-        "serving": serving_section(
-            plan=plan, stats_cfg=stats_cfg, missing=missing,
-            points=plan.get("serving_points") or [],
-            point_files=serving_points, prefix=serving_prefix,
-            concurrency_files=serving_concurrency, load_files=serving_load)
-        if serving else None,
+        **extra,
         "missing": missing,
     }
 
@@ -605,24 +548,16 @@ def plan_twin(plan: Mapping[str, Any], rung: str) -> str:
     return plan.get("twin") if rung == plan.get("control") and plan.get("twin") else rung
 
 
-def write_report(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any], source: str,
-                 host: str, builds: Sequence[str], models: Sequence[str],
-                 evidence: Sequence[str], bench: Sequence[str], out_json: str,
-                 quality: Sequence[str] = (), ledger: Sequence[str] = (),
-                 bandwidth: Sequence[str] = (), report_cfg: Mapping[str, Any] | None = None,
-                 cost: Mapping[str, Any] | None = None, serving_points: Sequence[str] = (),
-                 serving_prefix: Sequence[str] = (),
-                 serving_concurrency: Sequence[str] = (), hotspots: Sequence[str] = (),
-                 kernel_tests: Sequence[str] = (), serving_load: Sequence[str] = ()) -> None:
-    """The report JSON, checked against workflow/schemas/report.schema.yaml before writing."""
+def write_report(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
+                 inputs: Mapping[str, Sequence[str]], out_json: str,
+                 report_cfg: Mapping[str, Any] | None = None,
+                 cost: Mapping[str, Any] | None = None) -> None:
+    """The report JSON, checked against workflow/schemas/report.schema.yaml (and each section's
+    fragment) before writing."""
     from ladder.render import validate
 
-    doc = build_doc(plan=plan, stats_cfg=stats_cfg, source=source, host=host, builds=builds,
-                    models=models, evidence=evidence, bench=bench, quality=quality, ledger=ledger,
-                    bandwidth=bandwidth, report_cfg=report_cfg, cost=cost,
-                    serving_points=serving_points, serving_prefix=serving_prefix,
-                    serving_concurrency=serving_concurrency, hotspots=hotspots,
-                    kernel_tests=kernel_tests, serving_load=serving_load)
+    doc = build_doc(plan=plan, stats_cfg=stats_cfg, inputs=inputs, report_cfg=report_cfg,
+                    cost=cost)
     doc["plan"] = dict(plan)
     validate(doc, out_json)
     atomic_write_json(out_json, doc)

@@ -249,3 +249,16 @@ def unmeasured_rungs(section: Mapping[str, Any]) -> list[dict[str, Any]]:
         if section.get(exp):
             note(section[exp].get("rung_status") or {}, exp)
     return sorted(found.values(), key=lambda e: (e["rung"], e["status"]))
+
+
+def section(ctx: Any) -> dict[str, Any] | None:
+    """The registered builder (``ladder.sections``): None when no serving experiment ran."""
+    f = ctx.files
+    if not any(f[n] for n in ("serving_points", "serving_prefix", "serving_concurrency",
+                              "serving_load")):
+        return None
+    return serving_section(plan=ctx.plan, stats_cfg=ctx.stats_cfg, missing=ctx.missing,
+                           points=ctx.plan.get("serving_points") or [],
+                           point_files=f["serving_points"], prefix=f["serving_prefix"],
+                           concurrency_files=f["serving_concurrency"],
+                           load_files=f["serving_load"])

@@ -12,6 +12,7 @@ from ladder.io import read_json
 from ladder.config import start_up
 from ladder.codeid import code_hash
 from ladder.plan import Plan
+from ladder.sections import SECTIONS
 from ladder.experiments import BENCH_EXPERIMENTS
 from ladder.vendor import vendor_id
 from snakemake.exceptions import IncompleteCheckpointException
@@ -316,21 +317,40 @@ def report_inputs(wildcards):
             [paths.result("bandwidth", host=host)] if plan.bandwidth_enabled else []
         ),
         "ledger": [paths.result("ledger", host=host)] if plan.dispatch_enabled else [],
-        "hotspots": [
-            paths.result("hotspots", host=host, model=m, quant=q, rung=r)
-            for m, q in plan.model_quants()
-            for r in plan.hotspot_rungs()
-        ],
-        "kernel_tests": [
-            paths.result("kernel_tests", host=host, rung=r)
-            for r in plan.kernel_test_rungs()
-        ],
         "gate": (
             [paths.result("gate", host=host)]
             if plan.dispatch_enabled and config["dispatch"]["must_dispatch"]
             else []
         ),
-        **serving_plan_files(wildcards),
+        # each registered section's inputs (ladder.sections), from its <key>_files function
+        **{
+            name: files
+            for section in SECTIONS
+            for name, files in globals()[f"{section.key}_files"](wildcards).items()
+        },
+    }
+
+
+def hotspots_files(wildcards):
+    """The hotspots section's inputs: each sampled rung's hotspot JSON."""
+    plan = host_plan(wildcards.host)
+    return {
+        "hotspots": [
+            paths.result("hotspots", host=wildcards.host, model=m, quant=q, rung=r)
+            for m, q in plan.model_quants()
+            for r in plan.hotspot_rungs()
+        ]
+    }
+
+
+def kernel_tests_files(wildcards):
+    """The kernel-tests section's inputs: each tested rung's JSON."""
+    plan = host_plan(wildcards.host)
+    return {
+        "kernel_tests": [
+            paths.result("kernel_tests", host=wildcards.host, rung=r)
+            for r in plan.kernel_test_rungs()
+        ]
     }
 
 
@@ -534,8 +554,8 @@ def host_reports(wildcards=None):
 
 
 # --- serving levers ----------------------------------------------------------------------------
-def serving_plan_files(wildcards):
-    """Every serving result of a host (report inputs), keyed like the report's plan."""
+def serving_files(wildcards):
+    """The serving section's inputs: every serving result of a host, keyed like its plan."""
     plan = host_plan(wildcards.host)
     host = wildcards.host
     models = plan.serving_model_quants()
