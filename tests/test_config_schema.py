@@ -47,3 +47,23 @@ def test_bad_configs_name_the_fault(default_config, mutate, expected):
     with pytest.raises(WorkflowError) as exc:
         check(default_config)
     assert expected in str(exc.value)
+
+
+def test_a_null_entry_drops_a_default_workload(default_config):
+    """config/README: a null entry of measure.workloads or dispatch.workloads drops that
+    workload. Snakemake's default-filling validator filled dispatch entries' defaults into None
+    (an AttributeError at start-up: found 2026-12-04 when the fleet test dropped one)."""
+    from ladder.config import validate_config
+    from ladder.errors import LadderError
+
+    cfg = copy.deepcopy(default_config)
+    cfg["dispatch"]["workloads"]["prefill_long"] = None
+    cfg["measure"]["workloads"]["pp128"] = None
+    validate_config(cfg, SCHEMA)
+    assert list(cfg["dispatch"]["workloads"]) == ["decode_short"]
+    assert cfg["dispatch"]["workloads"]["decode_short"]["n_prompt"] == 0  # defaults filled
+    assert "pp128" not in cfg["measure"]["workloads"] and "tg64" in cfg["measure"]["workloads"]
+    cfg = copy.deepcopy(default_config)
+    cfg["dispatch"]["workloads"] = {w: None for w in cfg["dispatch"]["workloads"]}
+    with pytest.raises(LadderError, match=r"config\.dispatch\.workloads"):
+        validate_config(cfg, SCHEMA)
