@@ -42,7 +42,6 @@ class Section:
     build: str
     slot: str
     figures: str | None = None
-    title: str = ""
 
     def builder(self) -> Callable[[SectionContext], Any]:
         return _resolve(self.build)
@@ -74,18 +73,12 @@ SECTIONS: tuple[Section, ...] = (
     Section("serving", ("serving_points", "serving_prefix", "serving_concurrency",
                         "serving_load"),
             build="ladder.servingview:section", slot="after_best_threads",
-            figures="ladder.figures:serving_figures", title="Serving levers"),
+            figures="ladder.figures:serving_figures"),
     Section("hotspots", ("hotspots",), build="ladder.profileview:hotspots",
-            slot="after_ledger", figures="ladder.figures:hotspot_bars",
-            title="Where the time goes"),
+            slot="after_ledger", figures="ladder.figures:hotspot_bars"),
     Section("kernel_tests", ("kernel_tests",), build="ladder.profileview:kernel_tests",
-            slot="after_ledger", title="Each rung's kernels alone"),
+            slot="after_ledger"),
 )
-
-
-def section_inputs() -> list[str]:
-    """Every named report input the sections read, in registry order."""
-    return [name for s in SECTIONS for name in s.inputs]
 
 
 def build_all(ctx_of: Callable[[Section], SectionContext]) -> dict[str, Any]:

@@ -254,8 +254,7 @@ def unmeasured_rungs(section: Mapping[str, Any]) -> list[dict[str, Any]]:
 def section(ctx: Any) -> dict[str, Any] | None:
     """The registered builder (``ladder.sections``): None when no serving experiment ran."""
     f = ctx.files
-    if not any(f[n] for n in ("serving_points", "serving_prefix", "serving_concurrency",
-                              "serving_load")):
+    if not any(f.values()):
         return None
     return serving_section(plan=ctx.plan, stats_cfg=ctx.stats_cfg, missing=ctx.missing,
                            points=ctx.plan.get("serving_points") or [],
