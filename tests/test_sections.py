@@ -104,3 +104,10 @@ def test_a_new_section_needs_only_its_own_parts(toy, tmp_path):
     assert md.index("## Dispatch ledger") < md.index("## Toy section\n\nregistered") < md.index(
         "## Quality drift")
     assert html.index('id="dispatch"') < html.index('<h2 id="toy">') < html.index('id="evidence"')
+
+
+def test_an_input_no_one_reads_is_named(tmp_path):
+    fixture = json.loads(FIXTURE.read_text())
+    with pytest.raises(Exception, match=r"report inputs \['hotspot'\]"):
+        build_doc(plan=fixture["plan"], stats_cfg=fixture["provenance"]["stats"],
+                  inputs={"hotspot": []})

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from ladder.io import load_each
+from ladder.sections import SectionContext
 
 
 def hotspot_section(plan: Mapping[str, Any], files: Sequence[str],
@@ -45,11 +46,11 @@ def kernel_tests_section(plan: Mapping[str, Any], files: Sequence[str],
     return {"unavailable": reason, "rungs": rungs}
 
 
-def hotspots(ctx: Any) -> dict[str, Any] | None:
+def hotspots(ctx: SectionContext) -> dict[str, Any] | None:
     """The registered builder (``ladder.sections``)."""
     return hotspot_section(ctx.plan, ctx.files["hotspots"], ctx.missing)
 
 
-def kernel_tests(ctx: Any) -> dict[str, Any] | None:
+def kernel_tests(ctx: SectionContext) -> dict[str, Any] | None:
     """The registered builder (``ladder.sections``)."""
     return kernel_tests_section(ctx.plan, ctx.files["kernel_tests"], ctx.missing)

@@ -430,6 +430,17 @@ def provenance_section(*, src: Mapping[str, Any], host_doc: Mapping[str, Any],
 
 CORE_INPUTS = ("source", "host", "builds", "models", "evidence", "bench", "quality", "ledger",
                "bandwidth")
+ORDER_ONLY_INPUTS = ("gate",)  # inputs the rule waits for, never read here
+
+
+def check_inputs(inputs: Mapping[str, Any]) -> None:
+    """Every named input is the core's or a registered section's: a name neither reads would be
+    left out of the report without a word."""
+    known = {*CORE_INPUTS, *ORDER_ONLY_INPUTS, *(n for s in sections.SECTIONS for n in s.inputs)}
+    unknown = sorted(set(inputs) - known)
+    if unknown:
+        raise LadderError(f"report inputs {unknown}: neither the report's core nor a registered "
+                          "section (ladder.sections) reads them")
 
 
 def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
@@ -442,6 +453,7 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
         got = inputs.get(name) or []
         return [got] if isinstance(got, str) else list(got)
 
+    check_inputs(inputs)
     missing: list[dict[str, str]] = []
     src = load_first(files("source"), missing) or {}
     host_doc = load_first(files("host"), missing) or {}

@@ -7,8 +7,8 @@ adds a block of its own beside that core. Each is named once, here, and then:
 - common.smk's ``report_inputs`` asks the section's input function, ``<key>_files(wildcards)``
   in common.smk, for the host_report rule's named inputs it lists in ``inputs``;
 - the adapter (scripts/report.py) hands every named input over as it is, and
-  ``report.build_doc`` calls the section's ``build`` ("module:function", imported only by the
-  report: building the plan never imports it) with a :class:`SectionContext`; the value goes
+  ``report.build_doc`` calls the section's ``build`` ("module:function", imported when a
+  report is built; building the plan never imports it) with a :class:`SectionContext`; the value goes
   under ``key`` in the report JSON (None: the section is off);
 - ``render.validate`` checks that value against ``workflow/schemas/sections/<key>.schema.yaml``
   (merged into report.schema.yaml's properties), and the report templates include

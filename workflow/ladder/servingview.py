@@ -12,6 +12,7 @@ from ladder.experiments import BENCH_EXPERIMENTS, EXPERIMENTS
 from ladder.io import read_json
 from ladder.loadview import sentences as load_sentences
 from ladder.loadview import summarize_load
+from ladder.sections import SectionContext
 
 
 # --- the report's serving section ----------------------------------------------------------------
@@ -251,7 +252,7 @@ def unmeasured_rungs(section: Mapping[str, Any]) -> list[dict[str, Any]]:
     return sorted(found.values(), key=lambda e: (e["rung"], e["status"]))
 
 
-def section(ctx: Any) -> dict[str, Any] | None:
+def section(ctx: SectionContext) -> dict[str, Any] | None:
     """The registered builder (``ladder.sections``): None when no serving experiment ran."""
     f = ctx.files
     if not any(f.values()):
