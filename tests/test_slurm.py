@@ -42,8 +42,7 @@ def fleet_config(extra_hosts: list[dict] | None = None) -> dict:
     cfg["measure"]["workloads"]["pp64"] = None
     cfg["dispatch"]["threads"] = ["all"]
     # one tiny dispatch workload: a host's ledger keeps its shape; the sweep itself is tested
-    # locally (test_e2e), and two workloads x two rungs x two hosts of lldb sweeps cost CI
-    # about 2 min on the node's 2 cores
+    # locally (test_e2e), and this halves the fleet's lldb sweeps (2 rungs x 2 hosts)
     cfg["dispatch"]["workloads"]["prefill_long"] = None  # null drops the default's key
     # the serving levers, hotspots and kernel tests are tested locally (test_e2e); here only
     # the fleet path
