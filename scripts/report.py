@@ -6,8 +6,7 @@ from ladder.adapter import run_step
 from ladder.report import write_report
 
 # every named input as it is: the core's and each registered section's (ladder.sections)
-inputs = {name: list(files) if not isinstance(files, str) else [files]
-          for name, files in snakemake.input.items()}
+inputs = dict(snakemake.input.items())
 run_step(snakemake, lambda: write_report(
     plan=snakemake.params.plan, stats_cfg=snakemake.params.stats, inputs=inputs,
     report_cfg=snakemake.params.report, cost=snakemake.params.cost,

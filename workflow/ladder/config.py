@@ -31,30 +31,32 @@ def first_error(config: Any, schema: dict[str, Any]) -> str | None:
     return f"config{path}: {err.message}"
 
 
-def drop_null_entries(config: Any, schema: Mapping[str, Any]) -> None:
+def drop_null_entries(config: Any, schema: Mapping[str, Any]) -> bool:
     """Remove the null entries of every map whose schema lets an entry be null ("null drops
     one", e.g. a default workload in an overlay): Snakemake's default-filling validator would
-    otherwise try to fill an entry's defaults into None (an AttributeError at start-up)."""
+    otherwise try to fill an entry's defaults into None (an AttributeError at start-up).
+    True if any was removed."""
     if not isinstance(config, MutableMapping):
-        return
+        return False
     extra = schema.get("additionalProperties")
     props = schema.get("properties") or {}
+    dropped = False
     if isinstance(extra, Mapping) and "null" in (extra.get("type") or []):
         for key in [k for k, v in config.items() if v is None and k not in props]:
             del config[key]
+            dropped = True
     for key, value in config.items():
         sub = props.get(key, extra if isinstance(extra, Mapping) else None)
         if isinstance(sub, Mapping):
-            drop_null_entries(value, sub)
+            dropped = drop_null_entries(value, sub) or dropped
+    return dropped
 
 
 def validate_config(config: MutableMapping[str, Any], schema_path: str | Path) -> None:
     schema = yaml.safe_load(Path(schema_path).read_text())
     problem = first_error(config, schema)
-    if problem:
-        raise LadderError(problem)
-    drop_null_entries(config, schema)
-    problem = first_error(config, schema)  # e.g. every entry of a map dropped
+    if not problem and drop_null_entries(config, schema):
+        problem = first_error(config, schema)  # e.g. every entry of a map dropped
     if problem:
         raise LadderError(problem)
     validate(config, str(schema_path))  # fills in the schema's defaults

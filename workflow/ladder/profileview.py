@@ -3,15 +3,15 @@ each rung's kernels alone (ggml's kernel tests). Registered in ``ladder.sections
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ladder.io import load_each
 from ladder.sections import SectionContext
 
 
-def hotspot_section(plan: Mapping[str, Any], files: Sequence[str],
-                    missing: list[dict[str, str]]) -> dict[str, Any] | None:
+def hotspots(ctx: SectionContext) -> dict[str, Any] | None:
     """Every sampled cell (rung x quant x phase x threads), with what perf sampled per group."""
+    plan, files, missing = ctx.plan, ctx.files["hotspots"], ctx.missing
     reason = plan.get("hotspots_unavailable")
     if not files and not reason:
         return None
@@ -30,8 +30,9 @@ def hotspot_section(plan: Mapping[str, Any], files: Sequence[str],
             "frequency_hz": meta.get("frequency_hz"), "min_seconds": meta.get("min_seconds")}
 
 
-def kernel_tests_section(plan: Mapping[str, Any], files: Sequence[str],
-                         missing: list[dict[str, str]]) -> dict[str, Any] | None:
+def kernel_tests(ctx: SectionContext) -> dict[str, Any] | None:
+    """ggml's kernel tests per rung, with the failed checks named."""
+    plan, files, missing = ctx.plan, ctx.files["kernel_tests"], ctx.missing
     reason = plan.get("kernel_tests_unavailable")
     if not files and not reason:
         return None
@@ -45,12 +46,3 @@ def kernel_tests_section(plan: Mapping[str, Any], files: Sequence[str],
     rungs.sort(key=lambda r: order.get(r["rung"], 99))
     return {"unavailable": reason, "rungs": rungs}
 
-
-def hotspots(ctx: SectionContext) -> dict[str, Any] | None:
-    """The registered builder (``ladder.sections``)."""
-    return hotspot_section(ctx.plan, ctx.files["hotspots"], ctx.missing)
-
-
-def kernel_tests(ctx: SectionContext) -> dict[str, Any] | None:
-    """The registered builder (``ladder.sections``)."""
-    return kernel_tests_section(ctx.plan, ctx.files["kernel_tests"], ctx.missing)

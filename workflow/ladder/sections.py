@@ -80,7 +80,3 @@ SECTIONS: tuple[Section, ...] = (
             slot="after_ledger"),
 )
 
-
-def build_all(ctx_of: Callable[[Section], SectionContext]) -> dict[str, Any]:
-    """Each section's value under its key, in registry order."""
-    return {s.key: s.builder()(ctx_of(s)) for s in SECTIONS}
