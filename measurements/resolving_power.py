@@ -22,7 +22,13 @@ The rules (``--threshold`` δ per phase, 5 % level):
 - ``hl``: Hodges-Lehmann estimate, Wilcoxon signed-rank test, its normal-approximation interval;
 - ``trim``: 20 % trimmed mean of the log ratios with Yuen's winsorized standard error;
 - ``best2``: a rung's round is the faster of two processes (labels a, c against b, d), then
-  ``t``; it costs twice the processes, so it is also shown at half the rounds (equal time).
+  ``t``; it costs twice the processes, so it is also shown at half the rounds (equal time);
+- ``t2s`` (``--two-stage PILOT,MIN,MAX``): ``t`` at rounds chosen per cell as the workflow's
+  ``measure.rounds_from_noise`` chooses them (``protocol.plan_rounds``): after PILOT rounds the
+  per-round SD of an A/A pair (c over a, sharing a as the control shares its twin) sets the rounds that call ``--target`` with 80 %
+  power, within MIN-MAX. Printed with the rounds it chose (mean and range) and the share of
+  cells whose own smallest callable effect at those rounds (from the c/d pair, as the report
+  prints it) met the target.
 
 ``--unpinned-labels c,d`` runs those labels without a CPU set: the analysis then prints the
 per-round spread of the pinned pair (a, b) beside the unpinned pair (c, d), which matters on a
@@ -49,7 +55,7 @@ from scipy import stats as sps
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
-from ladder import parse, stats  # noqa: E402
+from ladder import parse, protocol, stats  # noqa: E402
 from ladder.bench import DEFAULT_DISTURBANCE, bench_argv, check_placement, disturbed  # noqa: E402
 from ladder.io import atomic_write_json, atomic_write_text  # noqa: E402
 from ladder.machine import cpu_set  # noqa: E402
@@ -214,7 +220,23 @@ def series_of(tab: np.ndarray, idx: np.ndarray, rule: str, effect: float = 0.0
 
 
 def judge_rule(rule: str, x: np.ndarray, ct: np.ndarray | None, band: float) -> str:
-    return RULES["t" if rule == "best2" else rule](x, band, ct)
+    return RULES["t" if rule in ("best2", "t2s") else rule](x, band, ct)
+
+
+def two_stage_rounds(tab: np.ndarray, idx: np.ndarray, plan: tuple[int, int, int, float],
+                     target: float, threshold: float) -> tuple[int, float | None]:
+    """The rounds ``protocol.plan_rounds`` chooses from the pilot's A/A pair, and the cell's
+    smallest callable effect at them (that pair's, as the report prints it). The pair is c over
+    a: like the workflow's control over its twin, it shares label a with the judged b over a,
+    so the choice is as correlated with the judged comparison's noise as it is there."""
+    pilot, lo, hi, assurance = plan
+    ct = tab[idx[:pilot], 2] - tab[idx[:pilot], 0]
+    sd = protocol.planning_sd(float(ct.std(ddof=1)), pilot, assurance)
+    n, _ = protocol.rounds_for(sd, target, threshold, lo, hi)
+    n = max(n, pilot)
+    full = tab[idx[:n], 2] - tab[idx[:n], 0]
+    return n, protocol.smallest_callable(float(full.std(ddof=1)) / math.sqrt(n), n - 1, ALPHA,
+                                         threshold)
 
 
 def analyse(a: argparse.Namespace) -> None:
@@ -258,9 +280,26 @@ def analyse(a: argparse.Namespace) -> None:
         row: dict[str, Any] = {"sd_ab": sd_ab, "rounds": n_avail, "label_means": raw_means,
                                "rules": {}}
         plans = [(r, a.rounds) for r in rules] + [("best2", a.rounds // 2)]
-        draws = [block_resample(n_avail, a.rounds, a.block, rng) for _ in range(a.resamples)]
+        two = (tuple(int(v) for v in a.two_stage.split(",")) + (a.assurance,)
+               if a.two_stage else None)
+        horizon = max(a.rounds, two[2] if two else 0)
+        draws = [block_resample(n_avail, horizon, a.block, rng) for _ in range(a.resamples)]
+        target = protocol.threshold_for(json.loads(a.target), phase)
+        if two:
+            chosen = [two_stage_rounds(tab, d, two, target, math.expm1(band)) for d in draws]
+            ns = [n for n, _ in chosen]
+            met = np.mean([m is not None and m <= target for _, m in chosen])
+            row["two_stage"] = {"plan": two, "target": target, "rounds_mean": float(np.mean(ns)),
+                                "rounds_min": min(ns), "rounds_max": max(ns),
+                                "capped": float(np.mean([n >= two[2] for n in ns])),
+                                "target_met": float(met)}
+            print(f"  t2s {two}: rounds {np.mean(ns):.1f} on average ({min(ns)}-{max(ns)}; "
+                  f"at the cap in {row['two_stage']['capped'] * 100:.0f} %); the cell's own "
+                  f"80 %-power figure met ±{target * 100:g} % in {met * 100:.0f} % of cells")
+            plans.append(("t2s", 0))
         for rule, n in plans:
-            idxs = [d[:n] for d in draws]
+            idxs = ([d[:c] for d, (c, _) in zip(draws, chosen)] if rule == "t2s"
+                    else [d[:n] for d in draws])
             fc = np.mean([judge_rule(rule, *series_of(tab, i, rule), band) in ("faster", "slower")
                           for i in idxs])
             eq = np.mean([judge_rule(rule, *series_of(tab, i, rule), band)
@@ -268,7 +307,7 @@ def analyse(a: argparse.Namespace) -> None:
             pw = {e: float(np.mean([judge_rule(rule, *series_of(tab, i, rule, e), band)
                                     == "faster" for i in idxs])) for e in effects}
             mde = next((e for e in effects if pw[e] >= 0.8), None)
-            name = f"{rule}@{n}"
+            name = "t2s" if rule == "t2s" else f"{rule}@{n}"
             row["rules"][name] = {"false_calls": float(fc), "equivalent_aa": float(eq),
                                   "power": pw, "mde80": mde}
             print(f"  {name:<9} false calls {fc * 100:5.1f} %  A/A equivalent {eq * 100:5.1f} %"
@@ -287,7 +326,8 @@ def analyse(a: argparse.Namespace) -> None:
                             else f"{float(np.median(m)) * 100:g} %")
         print(f"  {name:<9} false calls {fc * 100:4.1f} %   80 % power at: prefill "
               f"{by_phase['prefill']}, decode {by_phase['decode']}")
-    atomic_write_json(str(Path(a.analyse) / f"analysis-r{a.rounds}.json"), report)
+    suffix = f"-t2s{a.two_stage.replace(',', '-')}" if a.two_stage else ""
+    atomic_write_json(str(Path(a.analyse) / f"analysis-r{a.rounds}{suffix}.json"), report)
 
 
 def main() -> None:
@@ -311,6 +351,11 @@ def main() -> None:
     ap.add_argument("--effects", default="0.02,0.03,0.05,0.075,0.1,0.15,0.2,0.3")
     ap.add_argument("--threshold", default='{"prefill": 0.05, "decode": 0.03}')
     ap.add_argument("--seed", type=int, default=31)
+    ap.add_argument("--two-stage", default="", help="PILOT,MIN,MAX: also the t2s rule")
+    ap.add_argument("--assurance", type=float, default=0.8,
+                    help="t2s: plan for the pilot SD's upper confidence limit at this level")
+    ap.add_argument("--target", default='{"prefill": 0.10, "decode": 0.05}',
+                    help="the effect t2s plans to call with 80 %% power")
     a = ap.parse_args()
     if a.cpus not in ("auto", "none"):
         a.cpus = [int(c) for c in a.cpus.split(",")]

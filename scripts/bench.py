@@ -16,4 +16,5 @@ run_step(snakemake, lambda: measure(
     thresholds=m["retire"]["threshold"], raw_dir=snakemake.output.raw,
     out_json=snakemake.output.samples, log=snakemake.log[0], warmup_rounds=m["warmup_rounds"],
     own_cpus=snakemake.threads,  # the job's CPUs (a shared SLURM node: fewer than the node's)
+    rounds_from_noise=m.get("rounds_from_noise"),
 ))

@@ -84,13 +84,13 @@ def test_a_measurement_never_reaches_the_analysis():
 def test_a_changed_statistic_reruns_the_analysis_not_the_measurement(tree):
     before = {s: codeid.code_hash(s) for s in ("report", *MEASURING)}
     stats = tree / "stats.py"
-    stats.write_text(stats.read_text().replace("POWER = 0.80", "POWER = 0.90"))
+    stats.write_text(stats.read_text().replace("MAD_Z = 3.5", "MAD_Z = 3.0"))
     codeid._tree.cache_clear()
     after = {s: codeid.code_hash(s) for s in before}
     assert after["report"] != before["report"]
     assert all(after[s] == before[s] for s in MEASURING)
     proto = tree / "protocol.py"  # a new protocol version re-measures every cell
-    proto.write_text(proto.read_text().replace("VERSION = 1", "VERSION = 2"))
+    proto.write_text(proto.read_text().replace("VERSION = 2", "VERSION = 3"))
     codeid._tree.cache_clear()
     bumped = {s: codeid.code_hash(s) for s in before}
     assert all(bumped[s] != after[s] for s in MEASURING)

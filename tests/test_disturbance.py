@@ -151,6 +151,33 @@ def test_a_gross_step_is_retired_and_the_rest_run_on(tmp_path):
     assert cell["steps"][0]["verdict"]["call"] == "faster"
 
 
+def test_the_pilot_chooses_a_cells_rounds(tmp_path):
+    """measure.rounds_from_noise, through real processes (the stand-in): a quiet A/A pair (one
+    JSON for every rung: every ratio exactly 1) gets the minimum after its pilot; a control that
+    wanders ±40 % gets the cap, said in the cell's rounds_plan."""
+    rule = {"enabled": True, "pilot": 3, "min": 4, "max": 5, "target": 0.05}
+    count = tmp_path / "count"
+    _, prov, model = _stand_in(tmp_path, (
+        f"import json, os\nd = json.load(open({str(FIX)!r}))\nj = 0.0\n"
+        "if os.environ.get('JITTER'):\n"
+        f"    c = int(open({str(count)!r}).read()) if os.path.exists({str(count)!r}) else 0\n"
+        f"    open({str(count)!r}, 'w').write(str(c + 1))\n"
+        "    j = [0.9, -0.8, 0.5, -0.6, 0.7, -0.9, 0.3, -0.4][c % 8] * float(os.environ['JITTER'])\n"
+        "for r in d: r['samples_ts'] = [x * (1 + j) for x in r['samples_ts']]\n"
+        "print(json.dumps(d))\n"))
+    for jitter, want, capped in (("", 4, False), ("0.4", 5, True)):
+        env = {"native_repack": {}, "control": {"JITTER": jitter} if jitter else {}}
+        rungs = [{"name": n, "provenance": str(prov), "runtime": {}, "env": env[n],
+                  "bench_argv": [], "twin_of": "native_repack" if n == "control" else None}
+                 for n in env]
+        doc = _retiring_measure(tmp_path / (jitter or "quiet"), prov, model, rungs, 20,
+                                rounds_from_noise=rule)
+        plan = doc["rounds_plan"]
+        assert doc["rounds"] == plan["rounds"] == want and plan["capped"] is capped, plan
+        assert plan["pilot"] == 3 and plan["target"] == 0.05 and plan["threshold"] == 0.03
+        assert {s["round"] for s in doc["samples"]} == set(range(want))
+
+
 def test_a_process_seen_on_other_cpus_is_a_named_error():
     check_placement([0, 1], [0, 1], "q4_0/tg8/t2 floor round 1")
     with pytest.raises(LadderError, match=r"q4_0/tg8/t2 floor round 1: CPU placement mismatch: "

@@ -85,6 +85,9 @@ def test_every_sample_traces_to_a_raw_file(report, run_dir):
         dist = doc["disturbance"]
         assert len(orders) == doc["warmup_rounds"] + doc["rounds"] + len(
             dist["remeasured"]) - len(dist["unresolved"]) and doc["rounds"] == 3
+        # the rounds were chosen by the pilot (3 rounds, within 3-3: the real path at no cost)
+        plan = doc["rounds_plan"]
+        assert plan["pilot"] == 3 and plan["rounds"] == 3 and plan["sd"] is not None, plan
         assert all(sorted(o) == sorted(orders[0]) for o in orders)
         assert {s["round"] for s in doc["samples"] if s["warmup"]} == {0}
         # repetitions auto: calibrated from the warmup round, the floor's (slowest) count the
@@ -108,7 +111,8 @@ def test_noise_figures_and_verdicts(report):
         # the A/A figures exist; how large they are depends on the machine, not the workflow
         assert nf["aa"]["rounds"] == 3 and nf["aa"]["sd_per_round"] is not None
         assert nf["floor"] == nf["aa"]["smallest_callable"] and nf["floor"] > 0
-        assert "|control/twin - 1|" in nf["text"]
+        assert "|control/twin - 1|" in nf["text"] and "3-round pilot" in nf["text"]
+        assert nf["rounds_plan"]["rounds"] == 3
         assert len(cell["cpus"]) == cell["threads"]  # where the cell ran: one CPU per thread
         for s in cell["steps"] + cell["vs_floor"]:
             v, r = s["verdict"], s["ratio"]

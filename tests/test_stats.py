@@ -322,3 +322,103 @@ def test_the_remeasure_loop_without_processes(monkeypatch, tmp_path):
     assert cell.unresolved == [] and len(cell.remeasured) == 2
     bench.measure_round(cell, policy, 3, ["a", "b"], spare)
     assert cell.unresolved == [3] and len(cell.remeasured) == 5
+
+
+# --- rounds chosen from the pilot's A/A spread (measure.rounds_from_noise) ----------------------
+def test_rounds_for_grows_with_the_noise_and_stops_at_the_cap():
+    """Stein's second stage: the fewest rounds at which the 80 %-power figure meets the target."""
+    from ladder import protocol
+
+    got = {sd: protocol.rounds_for(sd, 0.10, 0.05, 12, 32) for sd in (0.02, 0.10, 0.16, 0.40)}
+    assert got[0.02] == (12, False)  # quiet: the minimum
+    assert got[0.40] == (32, True)  # the cap, said
+    n16, capped = got[0.16]
+    assert got[0.10][0] < n16 < 32 and not capped
+    mde = lambda n: protocol.smallest_callable(0.16 / math.sqrt(n), n - 1, 0.05, 0.05)  # noqa: E731
+    assert mde(n16) <= 0.10 < mde(n16 - 1)
+
+
+def _pilot_samples(rng, n: int, sd_ct: float, sd_ba: float, effect: float = 1.0) -> list[dict]:
+    out = []
+    for i in range(n):
+        twin = rng.normal(0, 0.02)
+        vals = {"a": twin, "control": twin + rng.normal(0, sd_ct),
+                "b": twin + math.log(effect) + rng.normal(0, sd_ba)}
+        out += [{"rung": k, "round": i, "tokens_per_s": 50 * math.exp(v)} for k, v in vals.items()]
+    return out
+
+
+def test_the_pilot_reads_the_aa_pair_only():
+    """The rounds follow the control/twin spread, never the comparison the cell reports: a
+    noisy or large b/a with a quiet A/A pair gets the minimum; no pair, the fixed rounds."""
+    from ladder import protocol
+
+    rng = np.random.default_rng(12)
+    rule = {"pilot": 10, "min": 12, "max": 32, "target": 0.10}
+    quiet_aa = protocol.plan_rounds(_pilot_samples(rng, 10, 0.01, 0.40, 1.5), "control", "a",
+                                    rule, 0.05, 20)
+    assert quiet_aa["rounds"] == 12 and not quiet_aa["capped"] and quiet_aa["sd"] < 0.02
+    noisy_aa = protocol.plan_rounds(_pilot_samples(rng, 10, 0.30, 0.01), "control", "a", rule,
+                                    0.05, 20)
+    assert noisy_aa["rounds"] == 32 and noisy_aa["capped"] and "capped at 32" in noisy_aa["why"]
+    none = protocol.plan_rounds(_pilot_samples(rng, 10, 0.1, 0.1), None, None, rule, 0.05, 20)
+    assert none["rounds"] == 20 and none["sd"] is None and "fixed 20" in none["why"]
+    text = stats.plan_text(noisy_aa)
+    assert "10-round pilot" in text and "capped at 32" in text
+
+
+def _two_stage_cell(rng, effect: float, sd: float, slow: float, rule: dict, delta: float):
+    """A cell measured as bench.measure does with rounds_from_noise: pilot rounds, the rounds
+    chosen from control/twin (a) as protocol.plan_rounds chooses them, then b over a judged at
+    them. Per-process noise: log-normal with ``sd``/sqrt(2) (a pair's per-round SD is ``sd``)
+    and a slow mode (0.65x) in ``slow`` of the processes (a drift shared by a round's processes
+    cancels in every ratio, so it is left out)."""
+    from ladder import protocol
+
+    hi = max(rule["max"], rule["pilot"])
+    logs = rng.normal(0, sd / math.sqrt(2), size=(hi, 3)) + np.where(
+        rng.random((hi, 3)) < slow, math.log(0.65), 0.0)  # columns: a (the twin), b, control
+    ct = logs[:, 2] - logs[:, 0]
+    pilot = rule["pilot"]
+    planned = protocol.planning_sd(float(ct[:pilot].std(ddof=1)), pilot,
+                                   rule.get("assurance", 0.8))
+    n = max(pilot, protocol.rounds_for(planned, rule["target"], delta, rule["min"],
+                                       rule["max"])[0])
+    r = stats.ratio_ci(list(np.exp(logs[:n, 1] - logs[:n, 0] + math.log(effect))))
+    se = float(ct[:n].std(ddof=1)) / math.sqrt(n)
+    return stats.verdict(r, delta).call, n, stats.smallest_callable(se, n - 1, 0.05, delta)
+
+
+@pytest.mark.parametrize("sd,slow", [(0.06, 0.0), (0.14, 0.03), (0.20, 0.05)])
+def test_rounds_from_the_pilot_keep_the_false_call_rate(sd, slow):
+    """The choice of rounds reads the A/A pair, which shares its twin with the comparison:
+    one build under two labels is still called at most at the nominal rate (normal and
+    slow-mode noise, a quiet to a noisy hour's prefill spread)."""
+    def rate(rule: dict) -> float:
+        rng = np.random.default_rng(int(sd * 100))
+        calls = [_two_stage_cell(rng, 1.0, sd, slow, rule, 0.05)[0] for _ in range(2000)]
+        return sum(c in ("faster", "slower") for c in calls) / 2000
+
+    chosen = rate({"pilot": 10, "min": 12, "max": 32, "target": 0.10})
+    fixed = rate({"pilot": 20, "min": 20, "max": 20, "target": 0.10})
+    # the issue's bar for a 5 % rule (6 %), and no worse than fixed rounds beyond sampling noise
+    assert chosen <= 0.06 and chosen <= fixed + 0.012, (chosen, fixed)
+
+
+def test_rounds_from_the_pilot_spend_where_the_noise_is():
+    """A true 10 % prefill effect. Quiet (6 % per-round SD): the pilot gives the minimum 12
+    rounds and they call it in at least 80 % of the cells. Noisy (16 %): 20 fixed rounds call
+    it in about 72 %; the rounds chosen from the pilot (at its SD's upper 80 % limit, up to 32)
+    in over 80 %, and the cells' own printed 80 %-power figures are mostly at or under 10 %."""
+    rng = np.random.default_rng(31)
+    rule = {"pilot": 10, "min": 12, "max": 32, "target": 0.10}
+    quiet = [_two_stage_cell(rng, 1.10, 0.06, 0.0, rule, 0.05) for _ in range(300)]
+    assert np.mean([n for _, n, _ in quiet]) < 12.5
+    assert np.mean([c == "faster" for c, _, _ in quiet]) >= 0.8
+    noisy = [_two_stage_cell(rng, 1.10, 0.16, 0.0, rule, 0.05) for _ in range(400)]
+    fixed = {"pilot": 20, "min": 20, "max": 20, "target": 0.10}
+    fixed_power = np.mean([_two_stage_cell(rng, 1.10, 0.16, 0.0, fixed, 0.05)[0] == "faster"
+                           for _ in range(400)])
+    power = np.mean([c == "faster" for c, _, _ in noisy])
+    assert power >= 0.8 and power > fixed_power + 0.06, (power, fixed_power)
+    assert np.mean([m <= 0.10 for _, _, m in noisy]) >= 0.5

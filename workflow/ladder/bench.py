@@ -161,6 +161,8 @@ def calibrated_repetitions(samples: Sequence[Mapping[str, Any]], rungs: Sequence
 
 
 DEFAULT_RETIRE = {"enabled": True, "looks": [3, 5], "alpha": protocol.INTERIM_ALPHA}
+DEFAULT_ROUNDS_FROM_NOISE = {"enabled": False, "pilot": 10, "min": 12, "max": 28,
+                             "assurance": 0.8, "target": {"prefill": 0.10, "decode": 0.05}}
 phase_of = protocol.phase_of
 
 
@@ -193,10 +195,14 @@ class Policy:
     delta: float
     cpu_list: list[int] | None
     own_cpus: int | None
+    # rounds chosen at a pilot look from the cell's A/A spread (target resolved to its phase);
+    # None: the fixed ``rounds``
+    rounds_rule: dict[str, Any] | None = None
 
     @property
-    def planned(self) -> int:
-        return self.warmup_rounds + self.rounds
+    def horizon(self) -> int:
+        """The most measured rounds a cell can get."""
+        return max(int(self.rounds_rule["max"]), self.rounds) if self.rounds_rule else self.rounds
 
     @property
     def auto(self) -> bool:
@@ -229,6 +235,8 @@ class Cell:
     unresolved: list[int] = field(default_factory=list)
     used_orders: list[list[str]] = field(default_factory=list)
     retired: dict[str, int] = field(default_factory=dict)
+    rounds: int = 0  # measured rounds planned (the horizon until a pilot look chooses them)
+    rounds_plan: dict[str, Any] | None = None
 
     @property
     def by_name(self) -> dict[str, Mapping[str, Any]]:
@@ -263,7 +271,8 @@ def run_process(cell: Cell, policy: Policy, name: str, rnd: int, attempt: int, p
                           + (f" DISTURBED: {why}" if why else ""))
     failure = res.failure()
     if failure:
-        progress.step("round", rnd + 1, policy.planned, name, failure.splitlines()[0], *tag)
+        progress.step("round", rnd + 1, policy.warmup_rounds + cell.rounds, name,
+                      failure.splitlines()[0], *tag)
         cell.status[name].update(status="crashed" if res.signal_name else "failed",
                                  reason=failure, round=rnd, raw=f"{stem}.stderr.log")
         return [], None
@@ -277,7 +286,7 @@ def run_process(cell: Cell, policy: Policy, name: str, rnd: int, attempt: int, p
                 "warmup": rnd < policy.warmup_rounds, "disturbed": why}
         got += [sample_record(base, rep, ts, ns, rec, res, cell, policy)
                 for rep, (ts, ns) in enumerate(zip(rec["samples_ts"], rec["samples_ns"]))]
-        progress.step("round", rnd + 1, policy.planned, name,
+        progress.step("round", rnd + 1, policy.warmup_rounds + cell.rounds, name,
                       f"{float(np.mean(rec['samples_ts'])):.1f} tok/s", *tag,
                       *([f"DISTURBED ({why})"] if why else []))
     return got, why
@@ -357,15 +366,30 @@ def measure_round(cell: Cell, policy: Policy, rnd: int, order: list[str],
 
 def look(cell: Cell, policy: Policy, measured: int) -> None:
     """An early look after ``measured`` rounds: retire the gross steps (``retire_at_look``)."""
-    if measured not in policy.looks() or measured >= policy.rounds:
+    if measured not in policy.looks() or measured >= cell.rounds:
         return
     ladder, control, twin = cell.roles()
     gone = retire_at_look(cell.samples, ladder, [control, twin], policy.delta, policy.retire,
                           policy.statistic)
     for name in sorted(gone - set(cell.retired)):
         cell.retired[name] = measured
-    progress.step("look", measured, policy.rounds, "retired (every step called at p < "
+    progress.step("look", measured, cell.rounds, "retired (every step called at p < "
                   f"{policy.retire['alpha']:g}): {', '.join(sorted(cell.retired)) or 'none'}")
+
+
+def pilot(cell: Cell, policy: Policy, measured: int) -> None:
+    """The pilot look after ``rounds_rule["pilot"]`` measured rounds: the cell's rounds from
+    its own A/A spread (``protocol.plan_rounds``; never fewer than already measured)."""
+    rule = policy.rounds_rule
+    if not rule or measured != int(rule["pilot"]):
+        return
+    _, control, twin = cell.roles()
+    clean = [s for s in cell.samples if not s.get("warmup") and not s.get("disturbed")]
+    plan = protocol.plan_rounds(clean, control, twin, rule, policy.delta, policy.rounds,
+                                policy.statistic)
+    plan["rounds"] = max(int(plan["rounds"]), measured)
+    cell.rounds, cell.rounds_plan = plan["rounds"], plan
+    progress.step("pilot", measured, cell.rounds, plan["why"])
 
 
 def make_policy(*, rounds: int, reps: int | str, warmup: bool, timeout_s: float,
@@ -373,17 +397,40 @@ def make_policy(*, rounds: int, reps: int | str, warmup: bool, timeout_s: float,
                 retire: Mapping[str, Any] | None,
                 thresholds: float | Mapping[str, float] | None, round_statistic: str,
                 cpus: str | Sequence[int] | None, threads: int, workload: Mapping[str, Any],
-                auto_repetitions: Mapping[str, Any] | None, own_cpus: int | None) -> Policy:
+                auto_repetitions: Mapping[str, Any] | None, own_cpus: int | None,
+                rounds_from_noise: Mapping[str, Any] | None = None) -> Policy:
     statistic = protocol.checked_statistic(round_statistic)
     check_repetitions(reps, warmup_rounds, statistic)
+    phase = phase_of(workload)
+    rule = {**DEFAULT_ROUNDS_FROM_NOISE, **(rounds_from_noise or {})}
     return Policy(
         rounds=rounds, warmup_rounds=warmup_rounds, reps=reps,
         rep_rule={**DEFAULT_AUTO_REPETITIONS, **(auto_repetitions or {})}, statistic=statistic,
         warmup=warmup, timeout_s=timeout_s,
         limits={**DEFAULT_DISTURBANCE, **(disturbance or {})},
         retire={**DEFAULT_RETIRE, **(retire or {})},
-        delta=protocol.threshold_for(thresholds, phase_of(workload)),
-        cpu_list=cpu_set(threads, cpus, job_cpus=own_cpus), own_cpus=own_cpus)
+        delta=protocol.threshold_for(thresholds, phase),
+        cpu_list=cpu_set(threads, cpus, job_cpus=own_cpus), own_cpus=own_cpus,
+        rounds_rule=check_rounds_rule(rule, phase, protocol.threshold_for(thresholds, phase)))
+
+
+def check_rounds_rule(rule: Mapping[str, Any], phase: str, delta: float
+                      ) -> dict[str, Any] | None:
+    """measure.rounds_from_noise for one cell's phase (None when off): a pilot of at least 3
+    rounds, min <= max >= pilot, and a target beyond the threshold δ (no effect under δ is ever
+    called, so no number of rounds calls it)."""
+    if not rule["enabled"]:
+        return None
+    pilot, lo, hi = int(rule["pilot"]), int(rule["min"]), int(rule["max"])
+    where = f"measure.rounds_from_noise (pilot {pilot}, min {lo}, max {hi})"
+    if pilot < protocol.MIN_ROUNDS or lo > hi or pilot > hi:
+        raise LadderError(f"{where}: needs pilot >= {protocol.MIN_ROUNDS}, min <= max and "
+                          "pilot <= max")
+    target = protocol.threshold_for(rule["target"], phase)
+    if target <= delta:
+        raise LadderError(f"{where}: target {target:g} for {phase} is not beyond the threshold "
+                          f"{delta:g} (measure.retire.threshold): no rounds can call it")
+    return {**rule, "target": target}
 
 
 def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], threads: int,
@@ -397,7 +444,8 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
             identity: Mapping[str, Any] | None = None,
             one_build: bool = False,
             auto_repetitions: Mapping[str, Any] | None = None,
-            own_cpus: int | None = None) -> dict[str, Any]:
+            own_cpus: int | None = None,
+            rounds_from_noise: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Run ``warmup_rounds + rounds`` interleaved rounds; warmup-round samples are kept but
     flagged (``"warmup": true``) and never enter the statistics.
 
@@ -408,7 +456,9 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
     statistics. A round still disturbed after that is recorded as unresolved (the report says
     "disturbed", never "equivalent").
 
-    The rounds are fixed (``rounds``, chosen from the run's time budget). With
+    The rounds are fixed (``rounds``), or, with ``rounds_from_noise.enabled``, chosen once per
+    cell at a pilot look from its own control/twin spread (``pilot``; Stein's two-stage rule:
+    enough rounds to call ``target`` with 80 % power, within ``min``-``max``). With
     ``retire.enabled``, after each measured-round count in ``retire.looks`` a rung whose every
     comparison is a gross step already called at the strict level ``retire.alpha`` is not run
     again (``look``; ``retired``: the rung and the look), e.g. the slow floor once its 20x step
@@ -430,7 +480,7 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
                          warmup_rounds=warmup_rounds, disturbance=disturbance, retire=retire,
                          thresholds=thresholds, round_statistic=round_statistic, cpus=cpus,
                          threads=threads, workload=workload, auto_repetitions=auto_repetitions,
-                         own_cpus=own_cpus)
+                         own_cpus=own_cpus, rounds_from_noise=rounds_from_noise)
     name = f"{quant}/{workload_name}/t{threads}"
     active, status, bins = built_rungs(rungs, f"bench {name}", none_ok=one_build)
     raw = Path(raw_dir)
@@ -438,16 +488,21 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
     cell = Cell(name=name, quant=quant, workload_name=workload_name, rungs=rungs, status=status, bins=bins, model=read_json(model_meta),
                 workload=workload, threads=threads, raw=raw, brief=host_brief(),
                 reps_by={r["name"]: 1 if policy.auto else int(reps) for r in rungs})
+    cell.rounds = policy.horizon  # until a pilot look chooses them
     # spare orders from the same seeded sequence, for re-measured rounds
-    orders = round_orders(active, policy.planned + rounds * policy.limits["max_remeasure"],
+    first = warmup_rounds + policy.horizon
+    orders = round_orders(active, first + policy.horizon * policy.limits["max_remeasure"],
                           seed, name)
-    spare = iter(orders[policy.planned:])
-    for rnd in range(policy.planned):
+    spare = iter(orders[first:])
+    rnd = 0
+    while rnd < warmup_rounds + cell.rounds:
         if rnd == warmup_rounds and policy.auto:
             calibrate(cell, policy)
         measure_round(cell, policy, rnd, [n for n in orders[rnd] if n not in cell.retired],
                       spare)
         look(cell, policy, rnd + 1 - warmup_rounds)
+        pilot(cell, policy, rnd + 1 - warmup_rounds)
+        rnd += 1
     with open(log, "a") as f:  # beside the progress lines the job's logger already wrote
         f.write("\n".join(cell.log_lines) + "\n")
     doc = cell_doc(cell, policy, identity=identity, seed=seed)
@@ -474,7 +529,8 @@ def cell_doc(cell: Cell, policy: Policy, *, identity: Mapping[str, Any] | None,
         "threads": cell.threads,
         "model": {k: cell.model.get(k) for k in
                   ("model", "quant", "sha256", "requantized", "size_bytes")},
-        "rounds": policy.rounds, "warmup_rounds": policy.warmup_rounds,
+        "rounds": cell.rounds, "warmup_rounds": policy.warmup_rounds,
+        "rounds_plan": cell.rounds_plan,
         "repetitions": policy.reps, "repetitions_by_rung": cell.reps_by,
         "auto_repetitions": policy.rep_rule if policy.auto else None,
         "round_statistic": policy.statistic, "seed": seed,

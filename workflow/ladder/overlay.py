@@ -45,7 +45,8 @@ def overlay(base: Mapping[str, Any], quants: Sequence[str] = (), workloads: Sequ
     if rounds is not None:
         if rounds < 3:
             raise LadderError(f"--rounds: {rounds} is too few to judge anything (at least 3)")
-        measure["rounds"] = rounds
+        measure["rounds"] = rounds  # fixed: the rounds asked for, not chosen from the noise
+        measure["rounds_from_noise"] = {"enabled": False}
     return {"measure": measure} if measure else {}
 
 

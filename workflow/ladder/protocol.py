@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from functools import lru_cache
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -19,7 +20,7 @@ from scipy import stats as sps
 
 from ladder.errors import LadderError
 
-VERSION = 1
+VERSION = 2  # 2: rounds chosen per cell from its pilot's A/A spread (measure.rounds_from_noise)
 # The practical threshold below which a change is not called, per phase (measured A/A bias and
 # the effects users ask about; README "Resolving power").
 DEFAULT_THRESHOLD = {"prefill": 0.05, "decode": 0.03}
@@ -27,6 +28,8 @@ DEFAULT_THRESHOLD = {"prefill": 0.05, "decode": 0.03}
 # (Haybittle-Peto): the final analysis keeps its nominal level.
 INTERIM_ALPHA = 0.001
 MIN_ROUNDS = 3  # the fewest paired rounds a comparison is judged on
+POWER = 0.80  # the power at which "the smallest effect this cell calls" is stated
+PLAN_ALPHA = 0.05  # the two-sided level the rounds are planned for (stats.confidence 0.95)
 
 # What one round of one rung is worth, from its process's llama-bench repetitions (-r): every
 # repetition is kept as a sample; the statistic is chosen by measurement
@@ -112,3 +115,72 @@ def retirable(samples: Sequence[Mapping[str, Any]], ladder: Sequence[str],
         if not gross_step(paired_ratios(samples, base, other, statistic), threshold, alpha):
             open_rungs |= {base, other}
     return seen - open_rungs
+
+
+def smallest_callable(se: float | None, df: float | None, alpha: float, threshold: float,
+                      power: float = POWER, bias: float = 0.0) -> float | None:
+    """The smallest true effect (a fraction) that a comparison with this standard error (log
+    scale) calls faster with probability ``power``: the estimate must clear both the test's
+    critical value and the threshold, so exp(max(ln(1 + δ), t·se) + bias + t_power·se) - 1."""
+    if se is None or df is None or df < 1:
+        return None
+    need = max(math.log1p(threshold), t_quantile(1 - alpha / 2, df) * se) + bias
+    return float(math.expm1(need + t_quantile(power, df) * se))
+
+
+@lru_cache(maxsize=4096)
+def t_quantile(q: float, df: float) -> float:
+    """Student's t quantile (cached: the rounds search asks for the same few again and again)."""
+    return float(sps.t.ppf(q, df))
+
+
+def rounds_for(sd: float, target: float, threshold: float, lo: int, hi: int,
+               alpha: float = PLAN_ALPHA, power: float = POWER) -> tuple[int, bool]:
+    """The fewest rounds in [lo, hi] at which a paired comparison with per-round SD ``sd`` (of
+    the log ratio) calls a ``target`` effect with ``power`` (``smallest_callable``), and whether
+    ``hi`` fell short of it (capped). Pure: Stein's two-stage rule, the second stage's size."""
+    for n in range(max(lo, MIN_ROUNDS), hi + 1):
+        mde = smallest_callable(sd / math.sqrt(n), n - 1, alpha, threshold, power)
+        if mde is not None and mde <= target:
+            return n, False
+    return hi, True
+
+
+def planning_sd(sd: float, pairs: int, assurance: float) -> float:
+    """The per-round SD the rounds are planned for: the pilot's SD raised to its upper
+    ``assurance`` confidence limit (chi-square, ``pairs`` - 1 degrees of freedom), so that with
+    that probability the pilot has not understated the cell's noise (Browne 1995). A 10-round
+    pilot's SD alone is low in half the cells, which then get too few rounds (measured:
+    README "Resolving power")."""
+    k = pairs - 1
+    return sd * math.sqrt(k / float(sps.chi2.ppf(1 - assurance, k))) if assurance > 0.5 else sd
+
+
+def plan_rounds(samples: Sequence[Mapping[str, Any]], control: str | None, twin: str | None,
+                rule: Mapping[str, Any], threshold: float, fallback: int,
+                statistic: str = "mean") -> dict[str, Any]:
+    """At the pilot look (pure): a cell's rounds from its own A/A spread. The per-round SD of
+    log(control/twin) over the pilot's clean rounds sets how many rounds the cell needs to call
+    ``rule["target"]`` with 80 % power (``rounds_for``, within ``rule["min"]``-``rule["max"]``),
+    planned for that SD at its upper ``rule["assurance"]`` confidence limit (``planning_sd``).
+    Only the A/A pair is read, never a comparison the cell reports, so the choice cannot follow
+    an effect (a blinded sample-size re-estimation). No usable pair: ``fallback`` rounds."""
+    plan: dict[str, Any] = {"pilot": int(rule["pilot"]), "min": int(rule["min"]),
+                            "max": int(rule["max"]), "target": float(rule["target"]),
+                            "assurance": float(rule.get("assurance", 0.8)),
+                            "alpha": PLAN_ALPHA, "power": POWER, "threshold": threshold}
+    ratios = (paired_ratios(samples, twin, control, statistic) if control and twin else [])
+    if len(ratios) < MIN_ROUNDS:
+        return {**plan, "sd": None, "needed": None, "rounds": fallback, "capped": False,
+                "why": f"no A/A pair over the pilot ({len(ratios)} paired rounds): "
+                       f"the fixed {fallback} rounds"}
+    sd = float(np.log(np.asarray(ratios, dtype=float)).std(ddof=1))
+    planned = planning_sd(sd, len(ratios), plan["assurance"])
+    n, capped = rounds_for(planned, plan["target"], threshold, plan["min"], plan["max"])
+    return {**plan, "sd": sd, "planning_sd": planned, "pairs": len(ratios), "rounds": n,
+            "capped": capped,
+            "why": (f"control/twin per-round SD {sd * 100:.1f} % over {len(ratios)} pilot "
+                    f"rounds ({planned * 100:.1f} % at its upper "
+                    f"{plan['assurance'] * 100:g} % limit): {n} rounds call "
+                    f"±{plan['target'] * 100:g} % with {POWER * 100:.0f} % power"
+                    + (f" only beyond the cap; capped at {n}" if capped else ""))}

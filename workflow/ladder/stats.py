@@ -37,8 +37,9 @@ from scipy import stats as sps
 from ladder.errors import LadderError
 # the protocol's definitions, shared with the measurement (which never imports this module)
 from ladder.protocol import (  # noqa: F401  (re-exported: stats.phase_of, stats.retirable, ...)
-    DEFAULT_THRESHOLD, INTERIM_ALPHA, MIN_ROUNDS, ROUND_STATISTICS, checked_statistic,
-    comparisons, paired_ratios, per_round_means, phase_of, retirable, threshold_for)
+    DEFAULT_THRESHOLD, INTERIM_ALPHA, MIN_ROUNDS, POWER, ROUND_STATISTICS, checked_statistic,
+    comparisons, paired_ratios, per_round_means, phase_of, retirable, smallest_callable,
+    t_quantile, threshold_for)
 
 MAD_Z = 3.5  # Iglewicz & Hoaglin's modified z-score cut-off
 METHOD = ("geometric mean of per-round ratios; paired t-test and Student t-interval on the mean "
@@ -47,7 +48,6 @@ UNPAIRED_METHOD = "ratio of geometric means; Welch t-test and interval on the di
 RULE = ("faster/slower: paired test significant after Benjamini-Hochberg across the run's "
         "comparisons and the estimate at least the phase's threshold; equivalent: the 90 % "
         "interval inside the threshold (TOST); otherwise inconclusive")
-POWER = 0.80  # the power at which "the smallest effect this cell calls" is stated
 CALLS = ("faster", "slower")
 
 
@@ -86,7 +86,7 @@ def round_statistic(doc: Mapping[str, Any]) -> str:
 
 
 def _tq(confidence: float, df: float) -> float:
-    return float(sps.t.ppf((1 + confidence) / 2, df))
+    return t_quantile((1 + confidence) / 2, df)
 
 
 def _p_two_sided(mean: float, se: float, df: float) -> float:
@@ -131,17 +131,6 @@ def unpaired_ratio_ci(base: Sequence[float], other: Sequence[float],
     se = math.sqrt(va + vb)
     df = (va + vb) ** 2 / (va ** 2 / (len(la) - 1) + vb ** 2 / (len(lb) - 1)) if se else 1.0
     return _estimate(diff, se, df, n, [], confidence, UNPAIRED_METHOD, None)
-
-
-def smallest_callable(se: float | None, df: float | None, alpha: float, threshold: float,
-                      power: float = POWER, bias: float = 0.0) -> float | None:
-    """The smallest true effect (a fraction) that a comparison with this standard error (log
-    scale) calls faster with probability ``power``: the estimate must clear both the test's
-    critical value and the threshold, so exp(max(ln(1 + δ), t·se) + bias + t_power·se) - 1."""
-    if se is None or df is None or df < 1:
-        return None
-    need = max(math.log1p(threshold), _tq(1 - alpha, df) * se) + bias
-    return float(math.expm1(need + float(sps.t.ppf(power, df)) * se))
 
 
 def fmt_ratio(x: float) -> str:
@@ -239,10 +228,23 @@ def aa_figures(ct: RatioEstimate | None, threshold: float) -> dict[str, Any] | N
                                                    threshold)}
 
 
-def aa_text(aa: Mapping[str, Any] | None, control: str | None, twin: str | None) -> str:
-    """One line of a cell's A/A figures (the same in the report, the terminal and the fleet)."""
+def plan_text(plan: Mapping[str, Any] | None) -> str:
+    """How a cell's rounds were chosen (``protocol.plan_rounds``), or "" for fixed rounds."""
+    if not plan:
+        return ""
+    if plan.get("sd") is None:
+        return f"; rounds: {plan['why']}"
+    return (f"; rounds chosen after a {plan['pilot']}-round pilot (per-round SD "
+            f"{plan['sd'] * 100:.1f} %): {plan['rounds']} to call ±{plan['target'] * 100:g} %"
+            + (f", capped at {plan['max']} (more were needed)" if plan.get("capped") else ""))
+
+
+def aa_text(aa: Mapping[str, Any] | None, control: str | None, twin: str | None,
+            plan: Mapping[str, Any] | None = None) -> str:
+    """One line of a cell's A/A figures (the same in the report, the terminal and the fleet),
+    with how its rounds were chosen when they were (``plan``)."""
     if not aa:
-        return "no A/A pair measured: no noise figures for this cell"
+        return "no A/A pair measured: no noise figures for this cell" + plan_text(plan)
     conf = round(aa["confidence"] * 100, 1)
     ci = aa["ci"]
     sd, se, mde = aa["sd_per_round"], aa["se"], aa["smallest_callable"]
@@ -251,7 +253,8 @@ def aa_text(aa: Mapping[str, Any] | None, control: str | None, twin: str | None)
             + (f"; per-round SD {sd * 100:.1f} %, SE {se * 100:.1f} %" if sd is not None else "")
             + (f"; calls effects of ±{mde * 100:.1f} % with {POWER * 100:.0f} % power at "
                f"{aa['rounds']} rounds (threshold ±{aa['threshold'] * 100:g} %)"
-               if mde is not None else ""))
+               if mde is not None else "")
+            + plan_text(plan))
 
 
 def interval_reach(r: RatioEstimate) -> float | None:
@@ -413,7 +416,8 @@ def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str |
                                       "rounds, from the control/twin per-round spread and the "
                                       "phase's threshold",
                         "threshold": delta, "aa": aa, "control_check": check,
-                        "text": aa_text(aa, control, twin),
+                        "text": aa_text(aa, control, twin, doc.get("rounds_plan")),
+                        "rounds_plan": doc.get("rounds_plan"),
                         "max_round_deviation": max_dev,
                         "control_vs_twin": asdict(ct) if ct else None},
         "positions": {str(k): v for k, v in sorted(position_effects(samples, statistic).items())},
