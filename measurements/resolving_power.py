@@ -25,10 +25,12 @@ The rules (``--threshold`` δ per phase, 5 % level):
   ``t``; it costs twice the processes, so it is also shown at half the rounds (equal time);
 - ``t2s`` (``--two-stage PILOT,MIN,MAX``): ``t`` at rounds chosen per cell as the workflow's
   ``measure.rounds_from_noise`` chooses them (``protocol.plan_rounds``): after PILOT rounds the
-  per-round SD of an A/A pair (c over a, sharing a as the control shares its twin) sets the rounds that call ``--target`` with 80 %
-  power, within MIN-MAX. Printed with the rounds it chose (mean and range) and the share of
-  cells whose own smallest callable effect at those rounds (from the c/d pair, as the report
-  prints it) met the target.
+  per-round SD of an A/A pair (c over a, sharing a as the control shares its twin), at its
+  upper ``--assurance`` confidence limit (0.5: as measured), sets the rounds that call
+  ``--target`` with 80 % power, within MIN-MAX (``--sequential``: the variant not taken, the
+  SD re-estimated after every round). Printed with the rounds it chose (mean, range, share at
+  the cap) and the share of cells whose own smallest callable effect at those rounds (from the
+  same pair, as the report prints it) met the target.
 
 ``--unpinned-labels c,d`` runs those labels without a CPU set: the analysis then prints the
 per-round spread of the pinned pair (a, b) beside the unpinned pair (c, d), which matters on a
@@ -223,17 +225,23 @@ def judge_rule(rule: str, x: np.ndarray, ct: np.ndarray | None, band: float) -> 
     return RULES["t" if rule in ("best2", "t2s") else rule](x, band, ct)
 
 
-def two_stage_rounds(tab: np.ndarray, idx: np.ndarray, plan: tuple[int, int, int, float],
+def two_stage_rounds(tab: np.ndarray, idx: np.ndarray, plan: tuple[Any, ...],
                      target: float, threshold: float) -> tuple[int, float | None]:
     """The rounds ``protocol.plan_rounds`` chooses from the pilot's A/A pair, and the cell's
     smallest callable effect at them (that pair's, as the report prints it). The pair is c over
     a: like the workflow's control over its twin, it shares label a with the judged b over a,
     so the choice is as correlated with the judged comparison's noise as it is there."""
-    pilot, lo, hi, assurance = plan
+    pilot, lo, hi, assurance, sequential = plan
     ct = tab[idx[:pilot], 2] - tab[idx[:pilot], 0]
     sd = protocol.planning_sd(float(ct.std(ddof=1)), pilot, assurance)
     n, _ = protocol.rounds_for(sd, target, threshold, lo, hi)
     n = max(n, pilot)
+    if sequential:  # the variant not taken: the SD re-estimated after every round, stop once
+        n = pilot   # the rounds so far are enough for it (Chow-Robbins style)
+        while n < hi and n < protocol.rounds_for(
+                float((tab[idx[:n], 2] - tab[idx[:n], 0]).std(ddof=1)), target, threshold,
+                lo, hi)[0]:
+            n += 1
     full = tab[idx[:n], 2] - tab[idx[:n], 0]
     return n, protocol.smallest_callable(float(full.std(ddof=1)) / math.sqrt(n), n - 1, ALPHA,
                                          threshold)
@@ -280,7 +288,7 @@ def analyse(a: argparse.Namespace) -> None:
         row: dict[str, Any] = {"sd_ab": sd_ab, "rounds": n_avail, "label_means": raw_means,
                                "rules": {}}
         plans = [(r, a.rounds) for r in rules] + [("best2", a.rounds // 2)]
-        two = (tuple(int(v) for v in a.two_stage.split(",")) + (a.assurance,)
+        two = (tuple(int(v) for v in a.two_stage.split(",")) + (a.assurance, a.sequential)
                if a.two_stage else None)
         horizon = max(a.rounds, two[2] if two else 0)
         draws = [block_resample(n_avail, horizon, a.block, rng) for _ in range(a.resamples)]
@@ -326,7 +334,8 @@ def analyse(a: argparse.Namespace) -> None:
                             else f"{float(np.median(m)) * 100:g} %")
         print(f"  {name:<9} false calls {fc * 100:4.1f} %   80 % power at: prefill "
               f"{by_phase['prefill']}, decode {by_phase['decode']}")
-    suffix = f"-t2s{a.two_stage.replace(',', '-')}" if a.two_stage else ""
+    suffix = (f"-t2s{a.two_stage.replace(',', '-')}-a{a.assurance:g}"
+              + ("-seq" if a.sequential else "")) if a.two_stage else ""
     atomic_write_json(str(Path(a.analyse) / f"analysis-r{a.rounds}{suffix}.json"), report)
 
 
@@ -354,6 +363,8 @@ def main() -> None:
     ap.add_argument("--two-stage", default="", help="PILOT,MIN,MAX: also the t2s rule")
     ap.add_argument("--assurance", type=float, default=0.8,
                     help="t2s: plan for the pilot SD's upper confidence limit at this level")
+    ap.add_argument("--sequential", action="store_true",
+                    help="t2s variant: re-estimate the SD after every round (not the workflow's)")
     ap.add_argument("--target", default='{"prefill": 0.10, "decode": 0.05}',
                     help="the effect t2s plans to call with 80 %% power")
     a = ap.parse_args()

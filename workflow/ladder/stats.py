@@ -234,8 +234,12 @@ def plan_text(plan: Mapping[str, Any] | None) -> str:
         return ""
     if plan.get("sd") is None:
         return f"; rounds: {plan['why']}"
+    upper = plan.get("planning_sd")
     return (f"; rounds chosen after a {plan['pilot']}-round pilot (per-round SD "
-            f"{plan['sd'] * 100:.1f} %): {plan['rounds']} to call ±{plan['target'] * 100:g} %"
+            f"{plan['sd'] * 100:.1f} %"
+            + (f", {upper * 100:.1f} % at its upper {plan['assurance'] * 100:g} % limit"
+               if upper and upper != plan["sd"] else "")
+            + f"): {plan['rounds']} to call ±{plan['target'] * 100:g} %"
             + (f", capped at {plan['max']} (more were needed)" if plan.get("capped") else ""))
 
 
