@@ -16,9 +16,9 @@ from ladder.bench import DEFAULT_ROUNDS_FROM_NOISE, check_repetitions, check_rou
 from ladder.build import missing_tools
 from ladder.cost import host_price
 from ladder.errors import LadderError
-from ladder.protocol import threshold_for
 from ladder.hosts import Host
 from ladder.kernels import load_families
+from ladder.protocol import threshold_for
 from ladder.quality import check_settings
 from ladder.recipes import Rung, quantizer_recipe, rungs_from_config
 

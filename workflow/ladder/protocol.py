@@ -171,7 +171,7 @@ def plan_rounds(samples: Sequence[Mapping[str, Any]], control: str | None, twin:
                             "alpha": PLAN_ALPHA, "power": POWER, "threshold": threshold}
     ratios = (paired_ratios(samples, twin, control, statistic) if control and twin else [])
     if len(ratios) < MIN_ROUNDS:
-        return {**plan, "sd": None, "needed": None, "rounds": fallback, "capped": False,
+        return {**plan, "sd": None, "rounds": fallback, "capped": False,
                 "why": f"no A/A pair over the pilot ({len(ratios)} paired rounds): "
                        f"the fixed {fallback} rounds"}
     sd = float(np.log(np.asarray(ratios, dtype=float)).std(ddof=1))
@@ -181,6 +181,8 @@ def plan_rounds(samples: Sequence[Mapping[str, Any]], control: str | None, twin:
             "capped": capped,
             "why": (f"control/twin per-round SD {sd * 100:.1f} % over {len(ratios)} pilot "
                     f"rounds ({planned * 100:.1f} % at its upper "
-                    f"{plan['assurance'] * 100:g} % limit): {n} rounds call "
-                    f"±{plan['target'] * 100:g} % with {POWER * 100:.0f} % power"
-                    + (f" only beyond the cap; capped at {n}" if capped else ""))}
+                    f"{plan['assurance'] * 100:g} % limit): "
+                    + (f"more than {n} rounds needed to call ±{plan['target'] * 100:g} % with "
+                       f"{POWER * 100:.0f} % power; capped at {n}" if capped else
+                       f"{n} rounds call ±{plan['target'] * 100:g} % with "
+                       f"{POWER * 100:.0f} % power"))}
