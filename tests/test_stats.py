@@ -326,7 +326,7 @@ def test_the_remeasure_loop_without_processes(monkeypatch, tmp_path):
 
 # --- rounds chosen from the pilot's A/A spread (measure.rounds_from_noise) ----------------------
 def test_rounds_for_grows_with_the_noise_and_stops_at_the_cap():
-    """Stein's second stage: the fewest rounds at which the 80 %-power figure meets the target."""
+    """The second stage's size: the fewest rounds at which the 80 %-power figure meets the target."""
     from ladder import protocol
 
     got = {sd: protocol.rounds_for(sd, 0.10, 0.05, 12, 32) for sd in (0.02, 0.10, 0.16, 0.40)}

@@ -457,7 +457,7 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
     "disturbed", never "equivalent").
 
     The rounds are fixed (``rounds``), or, with ``rounds_from_noise.enabled``, chosen once per
-    cell at a pilot look from its own control/twin spread (``pilot``; Stein's two-stage rule:
+    cell at a pilot look from its own control/twin spread (``pilot``, an internal pilot:
     enough rounds to call ``target`` with 80 % power, within ``min``-``max``). With
     ``retire.enabled``, after each measured-round count in ``retire.looks`` a rung whose every
     comparison is a gross step already called at the strict level ``retire.alpha`` is not run

@@ -138,7 +138,7 @@ def rounds_for(sd: float, target: float, threshold: float, lo: int, hi: int,
                alpha: float = PLAN_ALPHA, power: float = POWER) -> tuple[int, bool]:
     """The fewest rounds in [lo, hi] at which a paired comparison with per-round SD ``sd`` (of
     the log ratio) calls a ``target`` effect with ``power`` (``smallest_callable``), and whether
-    ``hi`` fell short of it (capped). Pure: Stein's two-stage rule, the second stage's size."""
+    ``hi`` fell short of it (capped). Pure: the second stage's size of a two-stage design."""
     for n in range(max(lo, MIN_ROUNDS), hi + 1):
         mde = smallest_callable(sd / math.sqrt(n), n - 1, alpha, threshold, power)
         if mde is not None and mde <= target:
