@@ -232,10 +232,9 @@ def two_stage_rounds(tab: np.ndarray, idx: np.ndarray, plan: tuple[Any, ...],
     a: like the workflow's control over its twin, it shares label a with the judged b over a,
     so the choice is as correlated with the judged comparison's noise as it is there."""
     pilot, lo, hi, assurance, sequential = plan
+    rule = {"pilot": pilot, "min": lo, "max": hi, "assurance": assurance, "target": target}
     ct = tab[idx[:pilot], 2] - tab[idx[:pilot], 0]
-    sd = protocol.planning_sd(float(ct.std(ddof=1)), pilot, assurance)
-    n, _ = protocol.rounds_for(sd, target, threshold, lo, hi)
-    n = max(n, pilot)
+    n = protocol.rounds_from_sd(float(ct.std(ddof=1)), pilot, rule, threshold)[0]
     if sequential:  # the variant not taken: the SD re-estimated after every round, stop once
         n = pilot   # the rounds so far are enough for it (Chow-Robbins style)
         while n < hi and n < protocol.rounds_for(

@@ -92,6 +92,22 @@ def _stand_in(tmp_path, body=SPIN):
     return fake, prov, model
 
 
+def _jittering_stand_in(tmp_path, scaled: bool):
+    """The stand-in replaying the real JSON, times 1 + JITTER * a fixed sequence drawn once per
+    jittered process (counted in a file: the same on every machine, busy or not), and times
+    SCALE when ``scaled``."""
+    count = tmp_path / "count"
+    return _stand_in(tmp_path, (
+        f"import json, os\nd = json.load(open({str(FIX)!r}))\nj = 0.0\n"
+        "if os.environ.get('JITTER'):\n"
+        f"    c = int(open({str(count)!r}).read()) if os.path.exists({str(count)!r}) else 0\n"
+        f"    open({str(count)!r}, 'w').write(str(c + 1))\n"
+        "    j = [0.9, -0.8, 0.5, -0.6, 0.7, -0.9, 0.3, -0.4][c % 8] * float(os.environ['JITTER'])\n"
+        + ("f = float(os.environ['SCALE']) * (1 + j)\n" if scaled else "f = 1 + j\n")
+        + "for r in d: r['samples_ts'] = [x * f for x in r['samples_ts']]\n"
+        "print(json.dumps(d))\n"))
+
+
 def _retiring_measure(tmp_path, prov, model, rungs, rounds, **kw):
     """bench.measure on a tg8 cell with fixed rounds and the default early looks (3, 5),
     disturbance checks off."""
@@ -125,18 +141,7 @@ def test_a_gross_step_is_retired_and_the_rest_run_on(tmp_path):
     the first look, so it is not run again; the control wanders (±40 %) and with its twin and
     native_repack runs every round. The stand-in scales the real JSON by SCALE and a JITTER
     drawn per process."""
-    # the jitter is a fixed sequence, one draw per jittered process (counted in a file): the
-    # test is the same on every machine, busy or not
-    count = tmp_path / "count"
-    _, prov, model = _stand_in(tmp_path, (
-        f"import json, os\nd = json.load(open({str(FIX)!r}))\nj = 0.0\n"
-        "if os.environ.get('JITTER'):\n"
-        f"    c = int(open({str(count)!r}).read()) if os.path.exists({str(count)!r}) else 0\n"
-        f"    open({str(count)!r}, 'w').write(str(c + 1))\n"
-        "    j = [0.9, -0.8, 0.5, -0.6, 0.7, -0.9, 0.3, -0.4][c % 8] * float(os.environ['JITTER'])\n"
-        "f = float(os.environ['SCALE']) * (1 + j)\n"
-        "for r in d: r['samples_ts'] = [x * f for x in r['samples_ts']]\n"
-        "print(json.dumps(d))\n"))
+    _, prov, model = _jittering_stand_in(tmp_path, scaled=True)
     env = {"floor": {"SCALE": "0.05"}, "native_repack": {"SCALE": "1"},
            "control": {"SCALE": "1", "JITTER": "0.4"}}
     rungs = [{"name": n, "provenance": str(prov), "runtime": {}, "env": env[n], "bench_argv": [],
@@ -156,15 +161,7 @@ def test_the_pilot_chooses_a_cells_rounds(tmp_path):
     JSON for every rung: every ratio exactly 1) gets the minimum after its pilot; a control that
     wanders ±40 % gets the cap, said in the cell's rounds_plan."""
     rule = {"enabled": True, "pilot": 3, "min": 4, "max": 5, "target": 0.05}
-    count = tmp_path / "count"
-    _, prov, model = _stand_in(tmp_path, (
-        f"import json, os\nd = json.load(open({str(FIX)!r}))\nj = 0.0\n"
-        "if os.environ.get('JITTER'):\n"
-        f"    c = int(open({str(count)!r}).read()) if os.path.exists({str(count)!r}) else 0\n"
-        f"    open({str(count)!r}, 'w').write(str(c + 1))\n"
-        "    j = [0.9, -0.8, 0.5, -0.6, 0.7, -0.9, 0.3, -0.4][c % 8] * float(os.environ['JITTER'])\n"
-        "for r in d: r['samples_ts'] = [x * (1 + j) for x in r['samples_ts']]\n"
-        "print(json.dumps(d))\n"))
+    _, prov, model = _jittering_stand_in(tmp_path, scaled=False)
     for jitter, want, capped in (("", 4, False), ("0.4", 5, True)):
         env = {"native_repack": {}, "control": {"JITTER": jitter} if jitter else {}}
         rungs = [{"name": n, "provenance": str(prov), "runtime": {}, "env": env[n],

@@ -380,10 +380,7 @@ def _two_stage_cell(rng, effect: float, sd: float, slow: float, rule: dict, delt
         rng.random((hi, 3)) < slow, math.log(0.65), 0.0)  # columns: a (the twin), b, control
     ct = logs[:, 2] - logs[:, 0]
     pilot = rule["pilot"]
-    planned = protocol.planning_sd(float(ct[:pilot].std(ddof=1)), pilot,
-                                   rule.get("assurance", 0.8))
-    n = max(pilot, protocol.rounds_for(planned, rule["target"], delta, rule["min"],
-                                       rule["max"])[0])
+    n = protocol.rounds_from_sd(float(ct[:pilot].std(ddof=1)), pilot, rule, delta)[0]
     r = stats.ratio_ci(list(np.exp(logs[:n, 1] - logs[:n, 0] + math.log(effect))))
     se = float(ct[:n].std(ddof=1)) / math.sqrt(n)
     return stats.verdict(r, delta).call, n, stats.smallest_callable(se, n - 1, 0.05, delta)

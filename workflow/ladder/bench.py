@@ -166,6 +166,11 @@ DEFAULT_ROUNDS_FROM_NOISE = {"enabled": False, "pilot": 10, "min": 12, "max": 28
 phase_of = protocol.phase_of
 
 
+def clean_samples(samples: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The samples a look may read: no warmup round, no disturbed attempt."""
+    return [s for s in samples if not s.get("warmup") and not s.get("disturbed")]
+
+
 def retire_at_look(samples: Sequence[Mapping[str, Any]], ladder: Sequence[str],
                    keep: Sequence[str | None], threshold: float, rule: Mapping[str, Any],
                    statistic: str = "mean") -> set[str]:
@@ -173,8 +178,7 @@ def retire_at_look(samples: Sequence[Mapping[str, Any]], ladder: Sequence[str],
     take part in is a gross step already called at the strict interim level (Haybittle-Peto;
     ``protocol.retirable``). The rounds are fixed; nothing else ends a cell early, so an A/A pair
     or a small step that looks equivalent or inconclusive keeps running to the last round."""
-    clean = [s for s in samples if not s.get("warmup") and not s.get("disturbed")]
-    return protocol.retirable(clean, ladder, [k for k in keep if k], threshold,
+    return protocol.retirable(clean_samples(samples), ladder, [k for k in keep if k], threshold,
                               float(rule["alpha"]), statistic)
 
 
@@ -379,15 +383,13 @@ def look(cell: Cell, policy: Policy, measured: int) -> None:
 
 def pilot(cell: Cell, policy: Policy, measured: int) -> None:
     """The pilot look after ``rounds_rule["pilot"]`` measured rounds: the cell's rounds from
-    its own A/A spread (``protocol.plan_rounds``; never fewer than already measured)."""
+    its own A/A spread (``protocol.plan_rounds``)."""
     rule = policy.rounds_rule
     if not rule or measured != int(rule["pilot"]):
         return
     _, control, twin = cell.roles()
-    clean = [s for s in cell.samples if not s.get("warmup") and not s.get("disturbed")]
-    plan = protocol.plan_rounds(clean, control, twin, rule, policy.delta, policy.rounds,
-                                policy.statistic)
-    plan["rounds"] = max(int(plan["rounds"]), measured)
+    plan = protocol.plan_rounds(clean_samples(cell.samples), control, twin, rule, policy.delta,
+                                policy.rounds, policy.statistic)
     cell.rounds, cell.rounds_plan = plan["rounds"], plan
     progress.step("pilot", measured, cell.rounds, plan["why"])
 
@@ -402,23 +404,23 @@ def make_policy(*, rounds: int, reps: int | str, warmup: bool, timeout_s: float,
     statistic = protocol.checked_statistic(round_statistic)
     check_repetitions(reps, warmup_rounds, statistic)
     phase = phase_of(workload)
-    rule = {**DEFAULT_ROUNDS_FROM_NOISE, **(rounds_from_noise or {})}
+    delta = protocol.threshold_for(thresholds, phase)
     return Policy(
         rounds=rounds, warmup_rounds=warmup_rounds, reps=reps,
         rep_rule={**DEFAULT_AUTO_REPETITIONS, **(auto_repetitions or {})}, statistic=statistic,
         warmup=warmup, timeout_s=timeout_s,
         limits={**DEFAULT_DISTURBANCE, **(disturbance or {})},
         retire={**DEFAULT_RETIRE, **(retire or {})},
-        delta=protocol.threshold_for(thresholds, phase),
-        cpu_list=cpu_set(threads, cpus, job_cpus=own_cpus), own_cpus=own_cpus,
-        rounds_rule=check_rounds_rule(rule, phase, protocol.threshold_for(thresholds, phase)))
+        delta=delta, cpu_list=cpu_set(threads, cpus, job_cpus=own_cpus), own_cpus=own_cpus,
+        rounds_rule=check_rounds_rule(rounds_from_noise, phase, delta))
 
 
-def check_rounds_rule(rule: Mapping[str, Any], phase: str, delta: float
+def check_rounds_rule(rounds_from_noise: Mapping[str, Any] | None, phase: str, delta: float
                       ) -> dict[str, Any] | None:
-    """measure.rounds_from_noise for one cell's phase (None when off): a pilot of at least 3
-    rounds, min <= max >= pilot, and a target beyond the threshold δ (no effect under δ is ever
-    called, so no number of rounds calls it)."""
+    """measure.rounds_from_noise (over its defaults) for one cell's phase (None when off): a
+    pilot of at least 3 rounds, min <= max >= pilot, and a target beyond the threshold δ (no
+    effect under δ is ever called, so no number of rounds calls it)."""
+    rule = {**DEFAULT_ROUNDS_FROM_NOISE, **(rounds_from_noise or {})}
     if not rule["enabled"]:
         return None
     pilot, lo, hi = int(rule["pilot"]), int(rule["min"]), int(rule["max"])

@@ -12,7 +12,7 @@ import yaml
 from snakemake.utils import validate
 
 from ladder import emulation
-from ladder.bench import DEFAULT_ROUNDS_FROM_NOISE, check_repetitions, check_rounds_rule
+from ladder.bench import check_repetitions, check_rounds_rule
 from ladder.build import missing_tools
 from ladder.cost import host_price
 from ladder.errors import LadderError
@@ -128,10 +128,9 @@ def check_config(config: Mapping[str, Any], hosts: list[Host]) -> None:
     m = config["measure"]  # a start-up error, not one per bench job
     check_repetitions(m.get("repetitions", 1), int(m.get("warmup_rounds", 1)),
                       str(m.get("round_statistic", "mean")))
-    rule = {**DEFAULT_ROUNDS_FROM_NOISE, **(m.get("rounds_from_noise") or {})}
+    retire_threshold = (m.get("retire") or {}).get("threshold")
     for phase in ("prefill", "decode"):
-        check_rounds_rule(rule, phase, threshold_for((m.get("retire") or {}).get("threshold"),
-                                                     phase))
+        check_rounds_rule(m.get("rounds_from_noise"), phase, threshold_for(retire_threshold, phase))
     quality = config.get("quality") or {}
     if quality.get("enabled"):
         check_settings(quality)

@@ -156,6 +156,17 @@ def planning_sd(sd: float, pairs: int, assurance: float) -> float:
     return sd * math.sqrt(k / float(sps.chi2.ppf(1 - assurance, k))) if assurance > 0.5 else sd
 
 
+def rounds_from_sd(sd: float, pairs: int, rule: Mapping[str, Any], threshold: float
+                   ) -> tuple[int, bool, float]:
+    """A pilot's SD over ``pairs`` paired rounds to the cell's rounds (never fewer than the
+    pilot's, within ``rule["min"]``-``rule["max"]``), whether the cap cut them, and the SD they
+    were planned for (``planning_sd``)."""
+    planned = planning_sd(sd, pairs, float(rule.get("assurance", 0.8)))
+    n, capped = rounds_for(planned, float(rule["target"]), threshold,
+                           max(int(rule["min"]), int(rule["pilot"])), int(rule["max"]))
+    return n, capped, planned
+
+
 def plan_rounds(samples: Sequence[Mapping[str, Any]], control: str | None, twin: str | None,
                 rule: Mapping[str, Any], threshold: float, fallback: int,
                 statistic: str = "mean") -> dict[str, Any]:
@@ -164,19 +175,19 @@ def plan_rounds(samples: Sequence[Mapping[str, Any]], control: str | None, twin:
     ``rule["target"]`` with 80 % power (``rounds_for``, within ``rule["min"]``-``rule["max"]``),
     planned for that SD at its upper ``rule["assurance"]`` confidence limit (``planning_sd``).
     Only the A/A pair is read, never a comparison the cell reports, so the choice cannot follow
-    an effect (a blinded sample-size re-estimation). No usable pair: ``fallback`` rounds."""
+    an effect (a blinded sample-size re-estimation). No usable pair: ``fallback`` rounds. Never
+    fewer rounds than the pilot's."""
     plan: dict[str, Any] = {"pilot": int(rule["pilot"]), "min": int(rule["min"]),
                             "max": int(rule["max"]), "target": float(rule["target"]),
                             "assurance": float(rule.get("assurance", 0.8)),
                             "alpha": PLAN_ALPHA, "power": POWER, "threshold": threshold}
     ratios = (paired_ratios(samples, twin, control, statistic) if control and twin else [])
     if len(ratios) < MIN_ROUNDS:
-        return {**plan, "sd": None, "rounds": fallback, "capped": False,
+        return {**plan, "sd": None, "rounds": max(fallback, plan["pilot"]), "capped": False,
                 "why": f"no A/A pair over the pilot ({len(ratios)} paired rounds): "
                        f"the fixed {fallback} rounds"}
     sd = float(np.log(np.asarray(ratios, dtype=float)).std(ddof=1))
-    planned = planning_sd(sd, len(ratios), plan["assurance"])
-    n, capped = rounds_for(planned, plan["target"], threshold, plan["min"], plan["max"])
+    n, capped, planned = rounds_from_sd(sd, len(ratios), plan, threshold)
     return {**plan, "sd": sd, "planning_sd": planned, "pairs": len(ratios), "rounds": n,
             "capped": capped,
             "why": (f"control/twin per-round SD {sd * 100:.1f} % over {len(ratios)} pilot "
