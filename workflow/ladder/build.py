@@ -79,6 +79,14 @@ def _ccache_stats(env: Mapping[str, str]) -> dict[str, int]:
     return stats
 
 
+def ccache_summary(stats: Mapping[str, Any]) -> str:
+    """``ccache 250 hits / 11 misses (96 % hit) in DIR`` for one build's deltas."""
+    hits = int(stats.get("direct_cache_hit", 0)) + int(stats.get("preprocessed_cache_hit", 0))
+    misses = int(stats.get("cache_miss", 0))
+    rate = f"{100 * hits / (hits + misses):.0f} % hit" if hits + misses else "no compiles"
+    return f"ccache {hits} hits / {misses} misses ({rate}) in {stats.get('dir')}"
+
+
 def _failure_reason(log_text: str, stage: str) -> str:
     for pat in (r"CMake Error.*?\n(?:.*\n){0,3}", r"^.*\berror\b:.*$", r"^FAILED: .*$"):
         m = re.search(pat, log_text, re.M)
@@ -142,8 +150,23 @@ def _stream(argv: list[str], env: Mapping[str, str], log_f: Any) -> int:
     return proc.wait()
 
 
+CCACHE_HOME_ENV = "LADDER_CCACHE_DIR"
+
+
+def ccache_location(ccache_dir: str | None) -> str | None:
+    """Where a build's compiler cache lives: ``ccache_dir`` (``<resources_dir>/ccache/<scope>``),
+    or the same scope under ``$LADDER_CCACHE_DIR`` when that is set, a cache that outlives the
+    work tree (CI's, which starts from a fresh clone). The place is no part of a build's
+    identity: moving the cache rebuilds nothing."""
+    home = os.environ.get(CCACHE_HOME_ENV)
+    if ccache_dir is None or not home:
+        return ccache_dir
+    return str(Path(home) / Path(ccache_dir).name)
+
+
 def ccache_env(ccache_dir: str | None, ccache_basedir: str | None) -> dict[str, str]:
     """The compiler cache's environment (none without a cache dir)."""
+    ccache_dir = ccache_location(ccache_dir)
     if ccache_dir is None:
         return {}
     Path(ccache_dir).mkdir(parents=True, exist_ok=True)
@@ -234,5 +257,8 @@ def build(
     if before or after:
         record["ccache"] = {k: after.get(k, 0) - before.get(k, 0)
                             for k in ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss")}
+        record["ccache"]["dir"] = env.get("CCACHE_DIR")
+        with open(log, "a") as log_f:
+            log_f.write(f"ladder: {ccache_summary(record['ccache'])}\n")
     atomic_write_json(provenance, record)
     return record
