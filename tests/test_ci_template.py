@@ -5,6 +5,11 @@ GitHub environment they read (GITHUB_STEP_SUMMARY, the inputs) pointing at tempo
 `uses:` steps are GitHub's own actions (checkout, cache, artifacts): the checkout is a copy of
 this repository's tracked files, the cache is the shared resources dir, and the baseline
 artifact is the run's own report laid out as the artifact would be (a gate that must pass).
+
+A fresh runner builds every rung: here its builds are the first of the run's (the resources dir
+is emptied before a CI run), so they configure, compile and link for real, through the machine's
+compiler cache (LADDER_CCACHE_DIR in CI), as the runner's restored resources/ccache would serve
+them; later modules reuse the builds.
 """
 
 from __future__ import annotations

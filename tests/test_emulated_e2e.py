@@ -170,6 +170,9 @@ def test_ledger_counts_guest_kernels(run_dir):
                           for w in ("decode_short", "prefill_short") for t in (1, 2)}
     for (rung, workload, threads), c in cells.items():
         assert c["method"] == "qemu-exec"
+        # one llama-bench process per rung and quant ran its four cells (the model loaded and
+        # the binary translated once), its exec log cut at each test's context
+        assert c["cost"]["cells_in_process"] == 4 and c["L3"]["one_process"]["tests"] == 4
         fams = c["L3"]["families"]
         if rung == "native_repack":
             assert c["verdict"] == "DISPATCHED", c["detail"]
@@ -181,10 +184,10 @@ def test_ledger_counts_guest_kernels(run_dir):
             assert c["verdict"] == "DISPATCHED", c["detail"]  # the floor's own family: generic
             assert fams["generic"]["dispatch"] > 0
             assert fams.get("repack", {}).get("dispatch", 0) == 0
-        if threads == 1:
+        if threads == 1:  # counted again per test by one gdbstub run of the 1-thread tests
             x = c["L3"]["crosscheck"]
             assert x["agree"] is True, x
-            assert x["exited_normally"] and x["counts"]
+            assert x["exited_normally"] and x["counts"] and x["tests"] == 2
     xc = ledger["crosscheck"]  # the 1-thread cells of floor, native_repack and kleidiai
     assert xc["cells"] == 6 and len(xc["agree"]) == 6 and not xc["disagree"], xc
     md = (run_dir / EMU / "report" / "ladder.md").read_text()

@@ -65,7 +65,10 @@ def run_slurm(workdir: Path, config: dict, *args: str,
     resources = os.environ.get("LADDER_TEST_RESOURCES", str(ROOT / "resources"))
     argv = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir),
             "--profile", str(ROOT / "profiles" / "slurm"), "--configfile", str(cfg_file),
-            # its own builds: the test proves they ran inside SLURM jobs
+            # its own builds, by design: the test proves they ran inside SLURM jobs (a fleet's
+            # nodes build for their CPUs). They compile the sources the e2e module's builds
+            # compiled, so the shared compiler cache (LADDER_CCACHE_DIR in CI) makes them cheap;
+            # they still configure, compile what missed and link.
             "--config", f"resources_dir={resources}", f"builds_dir={workdir}/results/builds",
             # no slurmdbd here: squeue answers status queries (MinJobAge=300 in the cluster)
             "--slurm-status-command", "squeue",

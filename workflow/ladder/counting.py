@@ -159,6 +159,7 @@ class QemuExecMethod(Method):
         self.crosscheck = crosscheck
         self.work_dir = Path(work_dir)
         self.entries = {p.entry + self.bias: p.id for p in self.probes}
+        self.marker = test_marker(tool, self.bias)
         self.translated: dict[Any, dict[str, int]] = {}
         self.session_info = {
             "load_bias": hex(self.bias), "launcher": list(self.launcher),
@@ -177,29 +178,39 @@ class QemuExecMethod(Method):
         _keep(stem, res, "plain")
         return res
 
-    def count(self, tool_argv, env, stem, key, timeout, crosscheck):  # type: ignore[override]
-        from ladder.emulation import (count_entries, exec_log_argv, guest_crash, start_code,
-                                      thread_counts)
+    def _exec_run(self, tool_argv: Sequence[str], env: Mapping[str, str], stem: Path,
+                  entries: Mapping[int, str], timeout: float
+                  ) -> tuple[RunResult, str, str | None]:
+        """One exec-logged run: its result, its log's text, and why its counts cannot be used
+        (a failed run, or a load address other than the probes assume)."""
+        from ladder.emulation import exec_log_argv, start_code
 
-        # only the symbols the plain run translated (entered): exec logging slows with every
-        # -dfilter range (KleidiAI's 20 dispatch symbols and 6 kernels: 130 s a cell, against
-        # 28 s plain), and an entry QEMU never translated never ran. With no translation
-        # record (a failed plain run), every dispatch-level symbol.
-        entries = exec_filter(self.entries, self.translated.get(key),
-                              {p.id for p in self.probes if p.kind == "dispatch"})
         exec_log = f"{stem}.qemu-exec.log"
         inst = run(exec_log_argv(self.launcher, entries, exec_log) + list(tool_argv),
                    env=dict(env), timeout_s=timeout)
         text = read_and_compress(exec_log)
-        hits, cpus = count_entries(text, entries)
         failure = inst.failure()
         logged = start_code(text)
         if failure is None and logged != self.start_code:
             failure = (f"qemu logged start_code {logged and hex(logged)}, expected "
                        f"{self.start_code:#x}: the probe addresses would be wrong")
         _keep(stem, inst, "probed")
-        crash = ({"signal": inst.signal_name, "symbol": None, "method": "qemu",
-                  "note": guest_crash(inst.stderr)} if inst.signal_name else None)
+        return inst, text, failure
+
+    def _filter(self, key: Any) -> dict[int, str]:
+        # only the symbols the plain run translated (entered): exec logging slows with every
+        # -dfilter range (KleidiAI's 20 dispatch symbols and 6 kernels: 130 s a cell, against
+        # 28 s plain), and an entry QEMU never translated never ran. With no translation
+        # record (a failed plain run), every dispatch-level symbol.
+        return exec_filter(self.entries, self.translated.get(key),
+                           {p.id for p in self.probes if p.kind == "dispatch"})
+
+    def _seen(self, text: str, entries: Mapping[int, str], stem: Path) -> tuple[
+            dict[str, int], dict[str, Any], dict[str, dict[int, int]]]:
+        """Hits, the L3 record and the per-thread counts of one exec log (or one test's piece)."""
+        from ladder.emulation import count_entries, thread_counts
+
+        hits, cpus = count_entries(text, entries)
         # which guest threads (QEMU vCPU indexes) entered each family: a thread cap shows here
         fam_threads: dict[str, set[int]] = {}
         for p in self.probes:
@@ -211,10 +222,85 @@ class QemuExecMethod(Method):
             "qemu_in_asm_log": f"{stem}.qemu-in_asm.log.gz",
             "exec_filter": {"symbols": len(entries), "of": len(self.entries)},
             "crosscheck": None}
+        return hits, l3, thread_counts(text, entries)
+
+    def count(self, tool_argv, env, stem, key, timeout, crosscheck):  # type: ignore[override]
+        from ladder.emulation import guest_crash
+
+        entries = self._filter(key)
+        inst, text, failure = self._exec_run(tool_argv, env, stem, entries, timeout)
+        hits, l3, per_thread = self._seen(text, entries, stem)
+        crash = ({"signal": inst.signal_name, "symbol": None, "method": "qemu",
+                  "note": guest_crash(inst.stderr)} if inst.signal_name else None)
         if self.crosscheck and crosscheck and failure is None:
             l3["crosscheck"] = self._crosscheck(tool_argv, hits, env, timeout)
         return Counted(hits=hits, wall_s=inst.wall_s, failure=failure, crash=crash,
-                       per_thread=thread_counts(text, entries), l3=l3)
+                       per_thread=per_thread, l3=l3)
+
+    def count_tests(self, tool_argv: Sequence[str], env: Mapping[str, str], stem: Path,
+                    key: Any, tests: Mapping[Any, tuple[int, int, int]], timeout: float,
+                    checked: Sequence[Any] = (), check_argv: Sequence[str] = ()
+                    ) -> dict[Any, Counted] | None:
+        """The cells of one many-test llama-bench process (``tests``: cell key -> its
+        (n_prompt, n_gen, threads), in the order llama-bench runs them), counted by one
+        exec-logged run cut at each test's context: a Counted per cell. The ``checked`` cells
+        (1 guest thread) are counted again, per test, by one gdbstub run of ``check_argv``.
+        None when the run failed or crashed, or did not show one piece per test in that order:
+        its cells are then run one by one (the logs stay beside them)."""
+        from ladder.emulation import ran_order, split_at_marker
+
+        if self.marker is None:
+            return None
+        entries = {**self._filter(key), self.marker: "test-marker"}
+        inst, text, failure = self._exec_run(tool_argv, env, stem, entries, timeout)
+        pieces = split_at_marker(text, self.marker)
+        if (failure or len(pieces) != len(tests)
+                or ran_order(inst.stdout) != list(tests.values())):
+            return None
+        del entries[self.marker]
+        out: dict[Any, Counted] = {}
+        for i, (test, piece) in enumerate(zip(tests, pieces)):
+            hits, l3, per_thread = self._seen(piece, entries, stem)
+            l3["one_process"] = {"tests": len(tests), "test": i + 1,
+                                 "note": f"one llama-bench process for {len(tests)} cells; "
+                                         f"its exec log cut at each test's {TEST_MARKER_NOTE}"}
+            out[test] = Counted(hits=hits, wall_s=inst.wall_s, failure=None, crash=None,
+                                per_thread=per_thread, l3=l3)
+        if self.crosscheck and checked:
+            self._crosscheck_tests(check_argv, checked, out, env, timeout)
+        return out
+
+    def _crosscheck_tests(self, check_argv: Sequence[str], checked: Sequence[Any],
+                          out: Mapping[Any, Counted], env: Mapping[str, str],
+                          timeout: float) -> None:
+        """The ``checked`` cells' dispatch-level counts again, per test, through one gdbstub
+        run whose marker breakpoint prints the counts at each test's start."""
+        from ladder.emulation import gdbstub_counts
+
+        wanted = {p.entry + self.bias: p.id for p in self.probes if p.kind == "dispatch"}
+        gdb = gdbstub_counts(self.launcher, list(check_argv), wanted, str(self.work_dir),
+                             dict(env), timeout, marker=self.marker)
+        segments = gdb.pop("segments", None) or []
+        for i, key in enumerate(checked):
+            if gdb.get("error") or len(segments) != len(checked):
+                why = gdb.get("error") or (f"gdb saw {len(segments)} tests, expected "
+                                           f"{len(checked)}")
+                out[key].l3["crosscheck"] = {**gdb, "error": why, "agree": None}
+                continue
+            counts = segments[i]
+            out[key].l3["crosscheck"] = {
+                **self._compare(out[key].hits, counts, wanted),
+                "method": gdb.get("method"), "exited_normally": gdb.get("exited_normally"),
+                "wall_s": gdb.get("wall_s"), "test": i + 1, "tests": len(checked)}
+
+    def _compare(self, hits: Mapping[str, int], counts: Mapping[str, int],
+                 wanted: Mapping[int, str]) -> dict[str, Any]:
+        mine = {pid: hits[pid] for pid in wanted.values() if hits.get(pid)}
+        names = {p.id: p.symbol for p in self.probes}
+        diff = {names[k]: {"qemu_exec": mine.get(k, 0), "gdbstub": counts.get(k, 0)}
+                for k in set(mine) | set(counts) if mine.get(k, 0) != counts.get(k, 0)}
+        return {"agree": not diff, "disagree": diff,
+                "counts": {names[k]: v for k, v in counts.items()}}
 
     def _crosscheck(self, tool_argv: Sequence[str], hits: Mapping[str, int],
                     env: Mapping[str, str], timeout: float) -> dict[str, Any]:
@@ -227,13 +313,25 @@ class QemuExecMethod(Method):
                              dict(env), timeout)
         if "counts" not in gdb or gdb.get("error"):
             return {**gdb, "agree": None}
-        mine = {pid: hits[pid] for pid in wanted.values() if hits.get(pid)}
-        names = {p.id: p.symbol for p in self.probes}
-        diff = {names[k]: {"qemu_exec": mine.get(k, 0), "gdbstub": gdb["counts"].get(k, 0)}
-                for k in set(mine) | set(gdb["counts"])
-                if mine.get(k, 0) != gdb["counts"].get(k, 0)}
-        return {**gdb, "agree": not diff, "disagree": diff,
-                "counts": {names[k]: v for k, v in gdb["counts"].items()}}
+        return {**gdb, **self._compare(hits, gdb["counts"], wanted)}
+
+
+TEST_MARKER_NOTE = "context (llama_init_from_model)"
+
+
+def test_marker(tool: str, bias: int) -> int | None:
+    """The guest address where llama-bench starts each test (its context), or None when the
+    tool has no such symbol (its cells then run one process each)."""
+    from ladder.emulation import TEST_MARKER
+    from ladder.kernels import SymbolsError, read_symbols
+
+    try:
+        symbols, _ = read_symbols(tool)
+    except SymbolsError:
+        return None
+    # by name or alias: aarch64 mapping symbols ($x) can share a function's address
+    addr = next((s.addr for s in symbols if TEST_MARKER in (s.name, *s.aliases)), None)
+    return None if addr is None else addr + bias
 
 
 def exec_filter(entries: Mapping[int, str], translated: Mapping[str, int] | None,

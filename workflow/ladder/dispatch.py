@@ -16,14 +16,16 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from ladder import progress
 from ladder.machine import host_brief
 from ladder.errors import LadderError
 from ladder.io import atomic_write_json, atomic_write_text, read_json
 from ladder.counting import Method, choose_method, open_method  # noqa: F401 (re-exported)
+from ladder.emulation import bench_order, ran_order
 from ladder.kernels import (KINDS, Family, FamilySet, Probe, SymbolsError, load_families,
                             plan_probes)
 from ladder.machine import host_arch, host_cpu_flags
@@ -215,9 +217,71 @@ def workload_argv(bin_dir: Path, model: str, spec: Mapping[str, int], threads: i
                   bench_argv: Sequence[str], verbose: bool = False) -> list[str]:
     """One llama-bench run of a phase; ``verbose`` keeps the library's init lines (a vendor
     library's kernel choice, judged against what this very run executed)."""
-    return [str(bin_dir / "llama-bench"), "-m", model, "-p", str(spec.get("n_prompt", 0)),
-            "-n", str(spec.get("n_gen", 0)), "-r", "1", "--no-warmup", "-t", str(threads),
+    return tests_argv(bin_dir, model, [spec.get("n_prompt", 0)], [spec.get("n_gen", 0)],
+                      [threads], bench_argv, verbose)
+
+
+def tests_argv(bin_dir: Path, model: str, n_prompts: Sequence[int], n_gens: Sequence[int],
+               threads: Sequence[int], bench_argv: Sequence[str],
+               verbose: bool = False) -> list[str]:
+    """One llama-bench process running every listed test (0: none of that kind)."""
+    def join(xs: Sequence[int]) -> str:
+        return ",".join(str(x) for x in xs) or "0"
+
+    return [str(bin_dir / "llama-bench"), "-m", model, "-p", join(n_prompts),
+            "-n", join(n_gens), "-r", "1", "--no-warmup", "-t", join(threads),
             "-o", "json", *(["-v"] if verbose else []), *bench_argv]
+
+
+@dataclass
+class OneProcess:
+    """Cells one llama-bench process runs: a rung's (or toggle's) cells of one quant, each a
+    single-phase workload. Under QEMU the model load is most of a small cell's time, and one
+    process translates the binary once."""
+
+    key: tuple[str, str]  # (rung, quant)
+    stem: str
+    argv: list[str]
+    tests: dict[Any, tuple[int, int, int]]  # cell key -> (n_prompt, n_gen, threads), in order
+    checked: list[Any]  # the 1-thread cells the gdbstub counts again
+    check_argv: list[str]
+    env: dict[str, str]
+
+
+def one_process_groups(cells_spec: Sequence[tuple[Any, ...]], rung: Mapping[str, Any],
+                       bin_dir: Path, models: Mapping[str, str], verbose: bool
+                       ) -> list[OneProcess]:
+    """The cells that can share a process: per (rung, quant), every workload a single phase
+    with its own length (llama-bench runs each length once per thread count)."""
+    by: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
+    for cell in cells_spec:
+        quant, _, spec, _, r = cell
+        by.setdefault((r["name"], quant), []).append(cell)
+    out = []
+    for (name, quant), cells in by.items():
+        phases = [workload_phase(c[2]) for c in cells]
+        prompts = sorted({c[2]["n_prompt"] for c in cells if workload_phase(c[2]) == "prefill"})
+        gens = sorted({c[2]["n_gen"] for c in cells if workload_phase(c[2]) == "decode"})
+        workloads = {c[1] for c in cells}
+        threads = sorted({c[3] for c in cells})
+        if (len(cells) < 2 or None in phases or len(prompts) + len(gens) != len(workloads)
+                or len(cells) != len(workloads) * len(threads)):
+            continue
+        r = cells[0][4]
+        test_of = {(c[4]["name"], quant, c[1], c[3]):
+                   ((c[2]["n_prompt"], 0, c[3]) if workload_phase(c[2]) == "prefill"
+                    else (0, c[2]["n_gen"], c[3])) for c in cells}
+        order = bench_order(prompts, gens, threads)
+        tests = {k: t for t in order for k, v in test_of.items() if v == t}
+        bench = r.get("bench_argv") or []
+        checked = [k for k in tests if k[3] == 1 and not r.get("variant_of")]
+        prefix = "" if name == rung["name"] else f"{name}."
+        out.append(OneProcess(
+            key=(name, quant), stem=f"{prefix}{quant}.one-process", tests=tests,
+            argv=tests_argv(bin_dir, models[quant], prompts, gens, threads, bench, verbose),
+            checked=checked, env=dict(r.get("env") or {}),
+            check_argv=tests_argv(bin_dir, models[quant], prompts, gens, [1], bench, verbose)))
+    return out
 
 
 def cell_stem(r: Mapping[str, Any], rung: Mapping[str, Any], quant: str, workload: str,
@@ -299,8 +363,11 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
 
     # Uninstrumented runs first: registered uprobes fire in every process mapping the library.
     baselines: dict[tuple[str, str, str, int], Any] = {}
-    if method is not None:
-        for quant, workload, spec, t, r in cells_spec:
+    groups: dict[Any, OneProcess] = {}  # cell key -> the process it shares (QEMU only)
+    counted: dict[Any, Any] = {}
+
+    def plain_each(cells: Iterable[tuple[Any, ...]]) -> None:
+        for quant, workload, spec, t, r in cells:
             key = (r["name"], quant, workload, t)
             argv = workload_argv(bin_dir, inputs[quant][0]["path"], spec, t,
                                  r.get("bench_argv") or [], verbose)
@@ -308,10 +375,38 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
                                           raw / cell_stem(r, rung, quant, workload, t), key,
                                           timeout)
 
+    if method is not None:
+        if getattr(method, "marker", None) is not None:
+            models = {q: v[0]["path"] for q, v in inputs.items()}
+            for g in one_process_groups(cells_spec, rung, bin_dir, models, verbose):
+                base = method.plain(g.argv, g.env, raw / g.stem, g.key, timeout)
+                if base.ok and ran_order(base.stdout) == list(g.tests.values()):
+                    groups.update({k: g for k in g.tests})
+                    baselines.update({k: base for k in g.tests})
+        plain_each(c for c in cells_spec if (c[4]["name"], c[0], c[1], c[3]) not in groups)
+
+    def seen_of(key: Any) -> Any:
+        """A cell's counts from its shared process (run at its first cell); None for a cell
+        counted alone (a shared run that failed makes its cells run alone)."""
+        g = groups.get(key)
+        if g is None or key in counted:
+            return counted.get(key)
+        res = method.count_tests(g.argv, g.env, raw / g.stem, g.key, g.tests, timeout,
+                                 g.checked, g.check_argv)
+        if res is None:
+            for k in g.tests:
+                groups.pop(k, None)
+            plain_each(c for c in cells_spec if (c[4]["name"], c[0], c[1], c[3]) in g.tests)
+            return None
+        counted.update(res)
+        return counted[key]
+
     def measure_all() -> None:
         for i, (quant, workload, spec, t, r) in enumerate(cells_spec):
             progress.step("cell", i + 1, len(cells_spec),
                           f"{'' if r is runs[0] else r['name'] + ' '}{quant} {workload} t{t}")
+            key = (r["name"], quant, workload, t)
+            seen = seen_of(key) if unmeasured is None else None
             doc["cells"].append(_cell(
                 rung=r, stem=raw / cell_stem(r, rung, quant, workload, t), verbose=verbose,
                 quant=quant, workload=workload, spec=spec, threads=t,
@@ -319,7 +414,7 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
                 expected=expected, resolution=doc["resolution"].get("families", {}),
                 probes=probes, probe_dicts=doc["probes"], method=method,
                 unmeasured=unmeasured, bin_dir=bin_dir, timeout=timeout,
-                host_flags=host_flags, base=baselines.get((r["name"], quant, workload, t))))
+                host_flags=host_flags, base=baselines.get(key), seen=seen))
             atomic_write_json(out_json + ".partial", doc)  # nothing measured is lost
 
     if method is None:
@@ -342,7 +437,7 @@ def _cell(*, rung: Mapping[str, Any], stem: Path, verbose: bool, quant: str, wor
           fset: FamilySet, expected: Family | None, resolution: Mapping[str, Any],
           probes: list[Probe], probe_dicts: Sequence[Mapping[str, Any]], method: Method | None,
           unmeasured: str | None, bin_dir: Path, timeout: float, host_flags: frozenset[str],
-          base: Any) -> dict[str, Any]:
+          base: Any, seen: Any = None) -> dict[str, Any]:
     cell, advertised, advertised_variant = cell_levels_12(
         rung=rung, expected=expected, evidence=evidence, quant=quant, workload=workload,
         spec=spec, threads=threads, host_flags=host_flags, method=method)
@@ -357,8 +452,9 @@ def _cell(*, rung: Mapping[str, Any], stem: Path, verbose: bool, quant: str, wor
     launcher = method.launcher
     argv = launcher + tool_argv
     env = dict(rung.get("env") or {})
-    seen = method.count(tool_argv, env, stem, (rung["name"], quant, workload, threads), timeout,
-                        crosscheck=threads == 1 and not rung.get("variant_of"))
+    if seen is None:  # not counted in a process shared with other cells
+        seen = method.count(tool_argv, env, stem, (rung["name"], quant, workload, threads),
+                            timeout, crosscheck=threads == 1 and not rung.get("variant_of"))
     hits, crash, inst_fail = seen.hits, seen.crash, seen.failure
     if crash is None and base.signal_name:
         crash = {"signal": base.signal_name}
@@ -394,10 +490,12 @@ def _cell(*, rung: Mapping[str, Any], stem: Path, verbose: bool, quant: str, wor
     }
     cell["argv"] = argv
     cell["env"] = env
-    cell["cost"] = {"uninstrumented_s": round(base.wall_s, 3),
-                    "instrumented_s": round(seen.wall_s, 3),
+    # a cell that shared its process with others carries its share of both runs' times
+    shared = int((seen.l3.get("one_process") or {}).get("tests", 1))
+    cell["cost"] = {"uninstrumented_s": round(base.wall_s / shared, 3),
+                    "instrumented_s": round(seen.wall_s / shared, 3),
                     "ratio": round(seen.wall_s / base.wall_s, 3) if base.wall_s > 0 else None,
-                    "plain_run_failure": base.failure()}
+                    "plain_run_failure": base.failure(), "cells_in_process": shared}
     log.info("%s %s %s t%d: %s (%s)", rung["name"], quant, workload, threads, cell["verdict"],
              cell["detail"])
     return cell

@@ -15,7 +15,10 @@ throughput says nothing about any real CPU and is never reported as a measuremen
   vCPU, so entries at a symbol's address are its calls, on every guest thread. Exec logging
   slows with every filter range (3x with 19, 9x with 85 here; KleidiAI's 26: 4.6-5.8x), so the
   plain run first logs which symbols were translated at all (``-d in_asm``: checked once per
-  translation, no measurable cost), and only those are counted.
+  translation, no measurable cost), and only those are counted. A rung's single-phase cells
+  of one quant share one llama-bench process (``-p 16 -n 2 -t 1,2``): the model is loaded and
+  the binary translated once, and the exec log is cut at each test's context
+  (``llama_init_from_model``); the gdbstub cross-check counts per test the same way.
 """
 
 from __future__ import annotations
@@ -335,6 +338,40 @@ def thread_counts(log_text: str, entries: Mapping[int, str]) -> dict[str, dict[i
     return {k: dict(sorted(v.items())) for k, v in out.items()}
 
 
+# --- one process, many cells: llama-bench runs its tests in one process, the model loaded once
+# (under QEMU the load is most of a small cell's time: 25 of 30 s for Gemma 270M's decode_short).
+# It creates one context per test, in its own order; the entries of this symbol cut the exec log
+# into the tests' segments.
+TEST_MARKER = "llama_init_from_model"
+
+
+def bench_order(n_prompts: Sequence[int], n_gens: Sequence[int],
+                threads: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(n_prompt, n_gen, threads) of each test, in the order llama-bench runs them for
+    ``-p P1,.. -n N1,.. -t T1,..`` (tools/llama-bench: threads outside, then every prompt test,
+    then every generation test; a 0 runs no test)."""
+    return [test for t in threads
+            for test in [(p, 0, t) for p in n_prompts if p] + [(0, n, t) for n in n_gens if n]]
+
+
+def ran_order(stdout: str) -> list[tuple[int, int, int]] | None:
+    """The tests llama-bench's ``-o json`` reports, in its order (None: no such output)."""
+    import json
+
+    try:
+        records = json.loads(stdout)
+        return [(int(r["n_prompt"]), int(r["n_gen"]), int(r["n_threads"])) for r in records]
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def split_at_marker(log_text: str, marker: int) -> list[str]:
+    """The exec log after each entry of ``marker`` (one piece per test, in order); what came
+    before the first entry (the model load) is not part of any test."""
+    cuts = [m.start() for m in TRACE.finditer(log_text) if int(m.group("pc"), 16) == marker]
+    return [log_text[a:b] for a, b in zip(cuts, cuts[1:] + [len(log_text)])]
+
+
 IN_ASM = re.compile(r"^IN:[^\n]*\n0x(?P<pc>[0-9a-f]+):", re.M)
 
 
@@ -390,13 +427,55 @@ def parse_gdb_breakpoints(text: str) -> dict[int, int]:
     return out
 
 
+SEGMENT_MARK, END_MARK = "ladder-segment", "ladder-end"
+
+
+def gdb_script(tool: str, sock: Path, entries: Iterable[int], marker: int | None,
+               sysroot: str) -> str:
+    """gdb's commands: a breakpoint on each entry whose ignore count never runs out (gdb counts
+    and resumes by itself); with a ``marker``, a breakpoint there that prints the counts so far
+    and resumes, so each test of a many-test process gets counts of its own."""
+    lines = ["set pagination off", "set confirm off", f"set sysroot {sysroot}", f"file {tool}",
+             f"target remote {sock}"]
+    addrs = sorted(entries)
+    for i, a in enumerate(addrs, start=1):
+        lines += [f"break *{a:#x}", f"ignore {i} 2000000000"]
+    if marker is not None:
+        lines += [f"break *{marker:#x}", "commands", "silent", f"echo {SEGMENT_MARK}\\n",
+                  "info breakpoints", "continue", "end"]
+    lines += ["continue", f"echo {END_MARK}\\n", "info breakpoints"]
+    return "\n".join(lines) + "\n"
+
+
+def _split_line(text: str, mark: str) -> tuple[str, str, str]:
+    m = re.search(rf"^{mark}$", text, re.M)
+    return (text[:m.start()], mark, text[m.end():]) if m else (text, "", "")
+
+
+def segment_counts(text: str, entries: Mapping[int, str]) -> list[dict[str, int]]:
+    """Per test, the calls gdb counted between one marker stop and the next (the last test: up
+    to the final count at exit); [] without marker stops."""
+    # line-anchored: 'info breakpoints' also lists the marker's commands (indented)
+    head, _, final = _split_line(text, END_MARK)
+    tables = [parse_gdb_breakpoints(t) for t in
+              re.split(rf"^{SEGMENT_MARK}$", head, flags=re.M)[1:]]
+    tables.append(parse_gdb_breakpoints(final))
+    out = []
+    for before, after in zip(tables, tables[1:]):
+        out.append({entries[a]: after.get(a, 0) - before.get(a, 0) for a in entries
+                    if after.get(a, 0) - before.get(a, 0)})
+    return out
+
+
 def gdbstub_counts(prefix: Sequence[str], tool_argv: Sequence[str], entries: Mapping[int, str],
                    work_dir: str, env: Mapping[str, str], timeout_s: float,
-                   sysroot: str = "/usr/aarch64-linux-gnu") -> dict[str, Any]:
+                   sysroot: str = "/usr/aarch64-linux-gnu",
+                   marker: int | None = None) -> dict[str, Any]:
     """Count calls a second, independent way: QEMU's gdbstub on a unix socket (no network),
     gdb-multiarch with a breakpoint on each entry whose ignore count never runs out, so gdb
-    counts every hit and resumes by itself. Single guest thread only: with two guest threads
-    the stub stalled here (a bounded run, killed). Both processes die when this returns."""
+    counts every hit and resumes by itself; with a ``marker`` (the test boundary), counts per
+    test as well (``segments``). Single guest thread only: with two guest threads the stub
+    stalled here (a bounded run, killed). Both processes die when this returns."""
     import signal
     import time
 
@@ -423,13 +502,9 @@ def gdbstub_counts(prefix: Sequence[str], tool_argv: Sequence[str], entries: Map
         if not sock.exists():
             result["error"] = "qemu's gdbstub socket never appeared"
             return result
-        cmds = ["set pagination off", "set confirm off", f"set sysroot {sysroot}",
-                f"file {tool_argv[0]}", f"target remote {sock}"]
-        addrs = sorted(entries)
-        for i, a in enumerate(addrs, start=1):
-            cmds += [f"break *{a:#x}", f"ignore {i} 2000000000"]
-        cmds += ["continue", "info breakpoints"]
-        argv = [gdb, "-nx", "-batch"] + [x for c in cmds for x in ("-ex", c)]
+        script = Path(work_dir) / f"gdbstub-{os.getpid()}.gdb"
+        script.write_text(gdb_script(tool_argv[0], sock, entries, marker, sysroot))
+        argv = [gdb, "-nx", "-batch", "-x", str(script)]
         try:
             res = subprocess.run(argv, capture_output=True, text=True,
                                  timeout=max(timeout_s - (time.monotonic() - t0), 10),
@@ -442,8 +517,10 @@ def gdbstub_counts(prefix: Sequence[str], tool_argv: Sequence[str], entries: Map
         if not result["exited_normally"]:
             result["error"] = "the guest did not run to its end under gdb: " + " ".join(
                 text.strip().splitlines()[-2:])[:300]
-        by_addr = parse_gdb_breakpoints(text)
+        by_addr = parse_gdb_breakpoints(_split_line(res.stdout, END_MARK)[2] or text)
         result["counts"] = {entries[a]: n for a, n in by_addr.items() if a in entries and n}
+        if marker is not None:
+            result["segments"] = segment_counts(res.stdout, entries)
         return result
     finally:
         try:
