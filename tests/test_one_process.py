@@ -209,3 +209,28 @@ def test_both_methods_cut_a_real_guest_at_each_test(tmp_path):
                                    marker=marker)
     assert gdb["exited_normally"], gdb
     assert gdb["segments"] == [{"k": 3}, {"k": 5}] and gdb["counts"] == {"k": 8}
+
+
+def test_a_real_one_process_log_cuts_into_its_four_cells():
+    """The floor rung's exec log from the emulated lane (fixtures/qemu-exec/README.md): four
+    tests in llama-bench's order, each with its own generic mul_mat count."""
+    import gzip
+
+    fix = Path(__file__).parent / "fixtures" / "qemu-exec"
+    text = gzip.decompress((fix / "floor-max-q4_0-one-process.exec.log.gz").read_bytes()).decode()
+    names = {}
+    for line in text.splitlines():
+        if line.startswith("Trace"):
+            m = emulation.TRACE.match(line)
+            names[line.rsplit(" ", 1)[-1]] = int(m.group("pc"), 16)
+    marker, mul = names["llama_init_from_model"], names["ggml_compute_forward_mul_mat"]
+    assert emulation.start_code(text) == 0x5500000000
+    pieces = emulation.split_at_marker(text, marker)
+    order = emulation.ran_order((fix / "floor-max-q4_0-one-process.bench.json").read_text())
+    assert order == emulation.bench_order([16], [2], [1, 2])
+    counts = [emulation.count_entries(p, {mul: "mul_mat"})[0]["mul_mat"] for p in pieces]
+    # prefill 16 at 1 thread: 18 layers x 7 matmuls + the output head = 127 calls per thread;
+    # decode 2 tokens: twice that; at 2 threads every call is entered by both threads
+    assert counts == [127, 254, 254, 508]
+    threads = [sorted(emulation.count_entries(p, {mul: "m"})[1]["m"]) for p in pieces]
+    assert threads == [[0], [0], [0, 1], [0, 1]]

@@ -262,6 +262,7 @@ class QemuExecMethod(Method):
         for i, (test, piece) in enumerate(zip(tests, pieces)):
             hits, l3, per_thread = self._seen(piece, entries, stem)
             l3["one_process"] = {"tests": len(tests), "test": i + 1,
+                                 "argv": self.launcher + list(tool_argv),
                                  "note": f"one llama-bench process for {len(tests)} cells; "
                                          f"its exec log cut at each test's {TEST_MARKER_NOTE}"}
             out[test] = Counted(hits=hits, wall_s=inst.wall_s, failure=None, crash=None,

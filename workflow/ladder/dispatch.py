@@ -488,7 +488,7 @@ def _cell(*, rung: Mapping[str, Any], stem: Path, verbose: bool, quant: str, wor
         "lldb": None,
         **seen.l3,  # the method's own evidence (lldb's driver; qemu's logs, threads, cross-check)
     }
-    cell["argv"] = argv
+    cell["argv"] = (seen.l3.get("one_process") or {}).get("argv") or argv  # what really ran
     cell["env"] = env
     # a cell that shared its process with others carries its share of both runs' times
     shared = int((seen.l3.get("one_process") or {}).get("tests", 1))
