@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
+
+from ladder.build import ccache_counters, ccache_hits
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:
@@ -78,15 +77,13 @@ def builds(dirs: Iterable[Path], spans: dict[str, tuple[float, float]]) -> list[
                 "native" if cmake.get("GGML_NATIVE") == "ON" else "generic")
             vendor = ",".join(sorted((material.get("recipe") or {}).get("vendor") or {}))
             cc = doc.get("ccache") or {}
+            hits, misses = ccache_hits(cc) if cc else (None, None)
             out.append({
                 "key": str(doc.get("build_key", "?"))[:8], "arch": material.get("arch", "?"),
                 "kind": kind + (f"+{vendor}" if vendor else ""), "status": doc.get("status"),
                 "module": _module_at(prov.stat().st_mtime, spans),
                 "configure_s": doc.get("configure_wall_s"), "build_s": doc.get("build_wall_s"),
-                "hits": cc.get("direct_cache_hit", 0) + cc.get("preprocessed_cache_hit", 0)
-                if cc else None,
-                "misses": cc.get("cache_miss") if cc else None,
-                "where": str(prov.parent.parent),
+                "hits": hits, "misses": misses,
             })
     return sorted(out, key=lambda b: (b["module"], b["key"]))
 
@@ -95,12 +92,8 @@ def ccache_stats(home: Path) -> list[dict[str, Any]]:
     """This run's counters (zeroed at its start) and the size of each cache dir under ``home``."""
     rows = []
     for d in sorted(p for p in home.glob("*") if p.is_dir()):
-        res = subprocess.run(["ccache", "--print-stats"], capture_output=True, text=True,
-                             env={**os.environ, "CCACHE_DIR": str(d)}, check=False)
-        stats = {k: int(v) for k, _, v in (ln.partition("\t") for ln in res.stdout.splitlines())
-                 if v.strip().isdigit()}
-        hits = stats.get("direct_cache_hit", 0) + stats.get("preprocessed_cache_hit", 0)
-        misses = stats.get("cache_miss", 0)
+        stats = ccache_counters({"CCACHE_DIR": str(d)})
+        hits, misses = ccache_hits(stats)
         rows.append({"cache": d.name, "hits": hits, "misses": misses,
                      "rate": hits / (hits + misses) if hits + misses else None,
                      "size_mib": stats.get("cache_size_kibibyte", 0) / 1024})

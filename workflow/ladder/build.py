@@ -66,7 +66,8 @@ def cmake_configure_argv(
     return argv
 
 
-def _ccache_stats(env: Mapping[str, str]) -> dict[str, int]:
+def ccache_counters(env: Mapping[str, str]) -> dict[str, int]:
+    """ccache's counters (``--print-stats``) for the cache ``env`` names; {} without ccache."""
     if shutil.which("ccache") is None:
         return {}
     res = subprocess.run(["ccache", "--print-stats"], capture_output=True, text=True,
@@ -79,10 +80,15 @@ def _ccache_stats(env: Mapping[str, str]) -> dict[str, int]:
     return stats
 
 
+def ccache_hits(stats: Mapping[str, Any]) -> tuple[int, int]:
+    """(hits, misses) of ccache counters: direct and preprocessed hits together."""
+    return (int(stats.get("direct_cache_hit", 0)) + int(stats.get("preprocessed_cache_hit", 0)),
+            int(stats.get("cache_miss", 0)))
+
+
 def ccache_summary(stats: Mapping[str, Any]) -> str:
     """``ccache 250 hits / 11 misses (96 % hit) in DIR`` for one build's deltas."""
-    hits = int(stats.get("direct_cache_hit", 0)) + int(stats.get("preprocessed_cache_hit", 0))
-    misses = int(stats.get("cache_miss", 0))
+    hits, misses = ccache_hits(stats)
     rate = f"{100 * hits / (hits + misses):.0f} % hit" if hits + misses else "no compiles"
     return f"ccache {hits} hits / {misses} misses ({rate}) in {stats.get('dir')}"
 
@@ -250,10 +256,10 @@ def build(
         "log": str(log), "status": "failed", "reason": None, "ran_on": host_brief(),
         "vendor": vendor_info,
     }
-    before = _ccache_stats(env)
+    before = ccache_counters(env)
     run_stages(record, [("configure", configure), ("build", compile_)], env, log,
                build_dir / "bin", recipe["targets"])
-    after = _ccache_stats(env)
+    after = ccache_counters(env)
     if before or after:
         record["ccache"] = {k: after.get(k, 0) - before.get(k, 0)
                             for k in ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss")}

@@ -282,10 +282,10 @@ class QemuExecMethod(Method):
         gdb = gdbstub_counts(self.launcher, list(check_argv), wanted, str(self.work_dir),
                              dict(env), timeout, marker=self.marker)
         segments = gdb.pop("segments", None) or []
+        why = gdb.get("error") or (None if len(segments) == len(checked) else
+                                   f"gdb saw {len(segments)} tests, expected {len(checked)}")
         for i, key in enumerate(checked):
-            if gdb.get("error") or len(segments) != len(checked):
-                why = gdb.get("error") or (f"gdb saw {len(segments)} tests, expected "
-                                           f"{len(checked)}")
+            if why:
                 out[key].l3["crosscheck"] = {**gdb, "error": why, "agree": None}
                 continue
             counts = segments[i]

@@ -248,6 +248,12 @@ class OneProcess:
     env: dict[str, str]
 
 
+def cell_key(cell: Sequence[Any]) -> tuple[str, str, str, int]:
+    """(rung, quant, workload, threads) of a (quant, workload, spec, threads, rung) cell."""
+    quant, workload, _, threads, r = cell
+    return (r["name"], quant, workload, threads)
+
+
 def one_process_groups(cells_spec: Sequence[tuple[Any, ...]], rung: Mapping[str, Any],
                        bin_dir: Path, models: Mapping[str, str], verbose: bool
                        ) -> list[OneProcess]:
@@ -259,20 +265,20 @@ def one_process_groups(cells_spec: Sequence[tuple[Any, ...]], rung: Mapping[str,
         by.setdefault((r["name"], quant), []).append(cell)
     out = []
     for (name, quant), cells in by.items():
-        phases = [workload_phase(c[2]) for c in cells]
-        prompts = sorted({c[2]["n_prompt"] for c in cells if workload_phase(c[2]) == "prefill"})
-        gens = sorted({c[2]["n_gen"] for c in cells if workload_phase(c[2]) == "decode"})
+        phase = {cell_key(c): workload_phase(c[2]) for c in cells}
+        prompts = sorted({c[2]["n_prompt"] for c in cells if phase[cell_key(c)] == "prefill"})
+        gens = sorted({c[2]["n_gen"] for c in cells if phase[cell_key(c)] == "decode"})
         workloads = {c[1] for c in cells}
         threads = sorted({c[3] for c in cells})
-        if (len(cells) < 2 or None in phases or len(prompts) + len(gens) != len(workloads)
+        if (len(cells) < 2 or None in phase.values()
+                or len(prompts) + len(gens) != len(workloads)
                 or len(cells) != len(workloads) * len(threads)):
             continue
         r = cells[0][4]
-        test_of = {(c[4]["name"], quant, c[1], c[3]):
-                   ((c[2]["n_prompt"], 0, c[3]) if workload_phase(c[2]) == "prefill"
-                    else (0, c[2]["n_gen"], c[3])) for c in cells}
-        order = bench_order(prompts, gens, threads)
-        tests = {k: t for t in order for k, v in test_of.items() if v == t}
+        test_of = {cell_key(c): ((c[2]["n_prompt"], 0, c[3]) if phase[cell_key(c)] == "prefill"
+                                 else (0, c[2]["n_gen"], c[3])) for c in cells}
+        key_of = {t: k for k, t in test_of.items()}
+        tests = {key_of[t]: t for t in bench_order(prompts, gens, threads)}
         bench = r.get("bench_argv") or []
         checked = [k for k in tests if k[3] == 1 and not r.get("variant_of")]
         prefix = "" if name == rung["name"] else f"{name}."
@@ -367,8 +373,9 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
     counted: dict[Any, Any] = {}
 
     def plain_each(cells: Iterable[tuple[Any, ...]]) -> None:
-        for quant, workload, spec, t, r in cells:
-            key = (r["name"], quant, workload, t)
+        for cell in cells:
+            quant, workload, spec, t, r = cell
+            key = cell_key(cell)
             argv = workload_argv(bin_dir, inputs[quant][0]["path"], spec, t,
                                  r.get("bench_argv") or [], verbose)
             baselines[key] = method.plain(argv, r.get("env") or {},
@@ -383,7 +390,7 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
                 if base.ok and ran_order(base.stdout) == list(g.tests.values()):
                     groups.update({k: g for k in g.tests})
                     baselines.update({k: base for k in g.tests})
-        plain_each(c for c in cells_spec if (c[4]["name"], c[0], c[1], c[3]) not in groups)
+        plain_each(c for c in cells_spec if cell_key(c) not in groups)
 
     def seen_of(key: Any) -> Any:
         """A cell's counts from its shared process (run at its first cell); None for a cell
@@ -396,7 +403,7 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
         if res is None:
             for k in g.tests:
                 groups.pop(k, None)
-            plain_each(c for c in cells_spec if (c[4]["name"], c[0], c[1], c[3]) in g.tests)
+            plain_each(c for c in cells_spec if cell_key(c) in g.tests)
             return None
         counted.update(res)
         return counted[key]
@@ -405,7 +412,7 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
         for i, (quant, workload, spec, t, r) in enumerate(cells_spec):
             progress.step("cell", i + 1, len(cells_spec),
                           f"{'' if r is runs[0] else r['name'] + ' '}{quant} {workload} t{t}")
-            key = (r["name"], quant, workload, t)
+            key = cell_key((quant, workload, spec, t, r))
             seen = seen_of(key) if unmeasured is None else None
             doc["cells"].append(_cell(
                 rung=r, stem=raw / cell_stem(r, rung, quant, workload, t), verbose=verbose,
