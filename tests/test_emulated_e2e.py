@@ -1,5 +1,7 @@
-"""The emulated aarch64 lane for real: cross builds, QEMU -cpu max, evidence, dispatch ledger
-(QEMU exec log, cross-checked through the gdbstub), drift, and an evidence-only report.
+"""The emulated aarch64 lane for real: cross builds, the SME2 tier (QEMU 11's -cpu max, Debian's
+qemu-user fetched and pinned by the workflow), evidence, dispatch ledger (QEMU exec log,
+cross-checked through the gdbstub) with the SME toggle and an SME cap, drift, and an
+evidence-only report.
 
 Needs Debian's gcc-aarch64-linux-gnu, qemu-user-static and gdb-multiarch (.ci/run installs
 them; LADDER_REQUIRE_EMULATION=1 turns a missing tool into a failure instead of a skip).
@@ -19,7 +21,7 @@ from workflow_runner import kleidiai_archive, kleidiai_overlay, make_workdir, ru
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "tests" / "configs" / "emulated.yaml"
-EMU = Path("results/hosts/emu_max")
+EMU = Path("results/hosts/emu_sme2")
 TOOLS = ("qemu-aarch64-static", "aarch64-linux-gnu-gcc", "aarch64-linux-gnu-g++", "gdb-multiarch")
 MISSING = [t for t in TOOLS if shutil.which(t) is None]
 if kleidiai_archive() is None:
@@ -56,20 +58,28 @@ def report(run_dir):
 
 def test_facts_are_the_guest_cpus(run_dir):
     facts = json.loads((run_dir / EMU / "host.json").read_text())
-    assert facts["arch"] == "aarch64" and facts["emulated"]["cpu"] == "max"
-    assert {"asimddp", "i8mm", "sve", "sme"} <= set(facts["cpu_flags"])
+    assert facts["arch"] == "aarch64" and facts["emulated"]["cpu"] == "sme2"
+    assert facts["emulated"]["qemu_cpu"] == "max"
+    assert {"asimddp", "i8mm", "sve", "sme", "sme2"} <= set(facts["cpu_flags"])
+    # the emulator: Debian's qemu-user 11.1.3, fetched into the resources dir, pinned by sha256
+    emu = facts["emulated"]["emulator"]
+    assert emu["name"] == "qemu-11" and emu["version"] == "1:11.1.3+ds-1"
+    assert emu["sha256"] == "5fa915e759f314400cf7d64a2745747e6baa50a180c938b3e8d281ce57ede452"
+    assert facts["emulated"]["qemu_version"].startswith("qemu-aarch64 version 11.1.3")
+    record = Path(facts["emulated"]["qemu"]).parent / "emulator.json"
+    assert json.loads(record.read_text())["binary_sha256"] == emu["binary_sha256"]
     assert not {"avx2", "sse4_2"} & set(facts["cpu_flags"])  # not the x86 carrier's
 
 
 def test_report_is_evidence_only(report, run_dir):
-    assert report["emulated"]["cpu"] == "max"
+    assert report["emulated"]["cpu"] == "sme2" and report["emulated"]["emulator"]["name"] == "qemu-11"
     assert report["cells"] == [] and not report.get("serving")
     assert report["ladder_order"] == ["floor", "native_repack", "kleidiai"]
     assert report["control"] is None
     md = (run_dir / EMU / "report" / "ladder.md").read_text()
     html = (run_dir / EMU / "report" / "ladder.html").read_text()
     for text in (md, html):
-        assert "Evidence only (emulated)" in text
+        assert "Evidence only (emulated)" in text and "qemu-user 1:11.1.3+ds-1" in text
         assert "-march=armv8.2-a+dotprod+i8mm" in text
         assert "tok/s" not in text and "Headline" not in text
     rungs = {r["name"]: r for r in report["rungs"]}
@@ -98,17 +108,19 @@ def test_evidence_under_emulation(report):
     by_feature = {r["feature"]: r for r in repack["features_vs_host"]}
     assert by_feature["MATMUL_INT8"]["host_flag"] == "i8mm" and by_feature["MATMUL_INT8"]["host_has"]
     assert all(c["credited"] for c in repack["claims"])
-    assert repack["argv"][0].endswith("qemu-aarch64-static") and "max" in repack["argv"]
+    assert repack["argv"][0].endswith("/emulators/qemu-11/" + repack["argv"][0].split("/")[-2]
+                                      + "/qemu-aarch64") and "max" in repack["argv"]
 
 
 def test_kleidiai_evidence_under_emulation(report, run_dir):
     """Built from the shared archive: the CPU_KLEIDIAI buffer, the kernel ISA per kernel kind
-    and the SME thread cap line, as the -cpu max guest makes llama.cpp choose them."""
+    and the SME thread cap line, as the SME2 guest makes llama.cpp choose them."""
     ev = report["evidence"]["q4_0"]["kleidiai"]
     assert ev["status"] == "ok"
     assert ev["weight_buffers_mib"]["CPU_KLEIDIAI"] > 300
     assert ev["compiled_features"]["KLEIDIAI"] == "1"
-    assert ev["kleidiai_primary"] == {"q4": "I8MM", "q8": "SME", "f32": "SME"}
+    # the SME2 guest: every operand's primary kernel set is SME2 (QEMU 7.2's max: q4 I8MM, SME)
+    assert ev["kleidiai_primary"] == {"q4": "SME2", "q8": "SME2", "f32": "SME2"}
     assert ev["kleidiai_sme"]["thread_cap"] == 1 and ev["kleidiai_sme"]["cap_source"] == "conservative"
     assert all(c["credited"] for c in ev["claims"])
     build = next(r for r in report["rungs"] if r["name"] == "kleidiai")["build"]
@@ -127,23 +139,30 @@ def test_kleidiai_ledger_per_thread_and_variant(run_dir, report):
             assert not v["mismatches"] and v["init_lines_from"] == "this run"
             ran = {(k["operand"], k["shape"], k["variant"]) for k in v["kernels"]
                    if k["shape"] and k["calls"]}
-            # the q4 layers: the I8MM set (GEMM kernel I8MM, GEMV kernel DOTPROD by design)
+            # the q4 layers: the SME2 set within the SME thread cap (1, conservative); above it
+            # the I8MM fallback set (GEMM kernel I8MM, GEMV kernel DOTPROD by design)
+            shape = "GEMV" if w == "decode_short" else "GEMM"
             if w == "decode_short":
-                assert ("q4", "GEMV", "DOTPROD") in ran and not any(
-                    s == "GEMM" for _, s, _ in ran)
-            else:
-                assert ("q4", "GEMM", "I8MM") in ran
+                assert not any(s == "GEMM" for _, s, _ in ran)
             sme = {x for x in ran if x[2] in ("SME", "SME2")}
-            if t == 1:  # within the SME thread cap: the q8 output head on SME
-                assert sme, ran
-            else:  # above it: the fallback set took the q8 work
-                assert not sme, ran
+            if t == 1:  # within the cap: SME2 kernels, q4 and the q8 output head
+                assert ("q4", shape, "SME2") in ran and ("q8", "GEMV", "SME2") in ran, ran
+            else:  # above it: the fallback set took all the work
+                assert not sme and ("q4", shape, "DOTPROD" if shape == "GEMV" else "I8MM") in ran
+            # the cap at 2 (GGML_KLEIDIAI_SME=2): the SME2 kernels on both threads
+            cap2 = cells[("sme_cap2", w, t)]
+            assert cap2["variant_of"] == "kleidiai" and cap2["toggle_env"]["GGML_KLEIDIAI_SME"] == "2"
+            assert cap2["L3"]["vendor"]["sme"]["thread_cap"] == 2
+            assert cap2["verdict"] == "DISPATCHED", cap2["detail"]
+            ran2 = {(k["operand"], k["shape"], k["variant"]) for k in cap2["L3"]["vendor"]["kernels"]
+                    if k["shape"] and k["calls"]}
+            assert ("q4", shape, "SME2") in ran2 and not any(v not in ("SME2",) for *_, v in ran2)
             for k in v["kernels"]:  # counted per guest thread
                 if k["shape"] and k["calls"]:
                     ths = {int(th): n for th, n in k["threads"].items()}  # JSON keys: strings
                     assert set(ths) <= set(range(t)) and sum(ths.values()) == k["calls"]
             assert set(c["L1"]["host_flags"]) >= {"asimddp", "i8mm", "sve", "sve2", "sme", "sme2"}
-            assert c["L1"]["host_flags"]["i8mm"] and not c["L1"]["host_flags"]["sme2"]
+            assert c["L1"]["host_flags"]["i8mm"] and c["L1"]["host_flags"]["sme2"]
             # the SME toggle: the same binary with GGML_KLEIDIAI_SME=0, cells of their own
             off = cells[("sme_off", w, t)]
             assert off["variant_of"] == "kleidiai" and off["toggle_env"]["GGML_KLEIDIAI_SME"] == "0"
@@ -212,10 +231,17 @@ def test_fleet_lists_the_emulated_host_as_evidence_only(run_dir):
     doc = build_fleet([str(run_dir / EMU / "report" / "ladder.json")])
     assert doc["reference"] is None and doc["comparisons"] == []
     (entry,) = doc["evidence_only"]
-    assert entry["host"] == "emu_max" and entry["emulated"]["cpu"] == "max"
+    assert entry["host"] == "emu_sme2" and entry["emulated"]["cpu"] == "sme2"
     rows = {r["rung"]: r for r in entry["rows"]}
     assert rows["native_repack"]["buffers"]["CPU_REPACK"] > 100
     assert any("DISPATCHED" in d for d in rows["native_repack"]["dispatch"])
+    # the kernel tiers: the KleidiAI rung's choice (init lines) beside what ran per cell
+    (tier,) = [t for t in doc["kernel_tiers"] if t["rung"] == "kleidiai"]
+    assert tier["host"] == "emu_sme2" and "sme2" in tier["features"]
+    assert tier["chosen"] == {"q4": "SME2", "q8": "SME2", "f32": "SME2"}
+    by = {(c["rung"], c["workload"], c["threads"]): c["ran"] for c in tier["cells"]}
+    assert by[("kleidiai", "decode_short", 1)].get("q4 GEMV SME2", 0) > 0
+    assert by[("sme_cap2", "decode_short", 2)].get("q4 GEMV SME2", 0) > 0
 
 
 def test_rerun_is_a_no_op(run_dir, snakemake):
@@ -238,7 +264,7 @@ def test_unknown_cpu_model_is_named_and_other_lanes_intact(run_dir, snakemake):
     before = (run_dir / EMU / "report" / "ladder.json").stat().st_mtime_ns
     # not in emulation.cpu_models: refused before any job
     cfg = _config_with(run_dir, "bad-cpu.yaml", {"hosts": [
-        {"name": "local"}, {"name": "emu_max", "kind": "emulated-aarch64", "cpu": "max"},
+        {"name": "local"}, {"name": "emu_sme2", "kind": "emulated-aarch64", "cpu": "sme2"},
         {"name": "emu_bad", "kind": "emulated-aarch64", "cpu": "cortex-x9"}]})
     res = snakemake(run_dir, "results/hosts/emu_bad/host.json", config=cfg)
     assert res.returncode != 0
@@ -248,7 +274,7 @@ def test_unknown_cpu_model_is_named_and_other_lanes_intact(run_dir, snakemake):
     em["cpu_models"] = {"max": {"march": "armv8.2-a+dotprod+i8mm"},
                         "cortex-x9": {"march": "armv9-a"}}
     cfg = _config_with(run_dir, "bad-cpu2.yaml", {"emulation": em, "hosts": [
-        {"name": "local"}, {"name": "emu_max", "kind": "emulated-aarch64", "cpu": "max"},
+        {"name": "local"}, {"name": "emu_sme2", "kind": "emulated-aarch64", "cpu": "sme2"},
         {"name": "emu_bad", "kind": "emulated-aarch64", "cpu": "cortex-x9"}]})
     res = snakemake(run_dir, "results/hosts/emu_bad/host.json", *TARGETS, "--keep-going",
                     config=cfg)

@@ -240,3 +240,60 @@ def test_the_emulated_lane_is_one_overlay(default_config):
                 "plan.py").read_text()
     # settings are read from the overlay; only the launcher (qemu) and labels know the lane
     assert plan_src.count("self.emulated") <= 2
+
+
+def _emulated_plan(default_config, cpu: str, cpu_flags: list[str], caps: list[int]):
+    import copy
+
+    from snakemake.utils import validate
+
+    from ladder.machine import host_facts
+    from ladder.plan import Plan
+
+    cfg = copy.deepcopy(default_config)
+    cfg["hosts"] = [{"name": "emu", "kind": "emulated-aarch64", "cpu": cpu}]
+    cfg["emulation"]["dispatch"]["sme_caps"] = caps
+    validate(cfg, str(Path(__file__).resolve().parents[1] / "workflow" / "schemas" /
+                      "config.schema.yaml"))
+    (host,) = hosts_from_config(cfg, "x86_64")
+    model = cfg["emulation"]["cpu_models"][cpu]
+    facts = {**host_facts("emu"), "arch": "aarch64", "cores": 2, "cpu_flags": cpu_flags,
+             "compiler": {"c": "aarch64-linux-gnu-gcc", "cxx": "aarch64-linux-gnu-g++"},
+             "native_target": {"resolved": model["march"], "fingerprint": "f"},
+             "emulated": {"cpu": cpu, "qemu_cpu": emulation.qemu_cpu_of(
+                 cfg["emulation"]["cpu_models"], cpu), "march": model["march"],
+                 "qemu": "/res/emulators/qemu-11/0123/qemu-aarch64"}}
+    return Plan.from_config(cfg, host, facts)
+
+
+def test_sme_caps_are_dispatch_rungs_of_the_kleidiai_binary_on_sme_guests(default_config):
+    """The seed's caps auto, 0, 2, 4: the rung itself, the toggle (sme_off) and sme_cap2/4, the
+    same build under GGML_KLEIDIAI_SME=<cap>; only where the guest has SME."""
+    plan = _emulated_plan(default_config, "sme2", ["asimddp", "i8mm", "sve", "sme", "sme2"],
+                          [2, 4])
+    assert plan.dispatch_rungs() == ["floor", "native_repack", "kleidiai", "sme_off",
+                                     "sme_cap2", "sme_cap4"]
+    for name, cap in (("sme_off", "0"), ("sme_cap2", "2"), ("sme_cap4", "4")):
+        unit = plan.dispatch_unit(name)
+        assert unit["env"] == {"GGML_KLEIDIAI_SME": cap} and unit["variant_of"] == "kleidiai"
+        assert unit["build_key"] == plan.build_keys["kleidiai"]
+    # the launcher is the host's own emulator and QEMU's name of its model (sme2 is max)
+    assert plan.guest()["launcher"] == ["/res/emulators/qemu-11/0123/qemu-aarch64", "-L",
+                                        "/usr/aarch64-linux-gnu", "-cpu", "max"]
+    # a guest without SME: KleidiAI never reads the cap, so no cap cells (the toggle stays)
+    n2 = _emulated_plan(default_config, "neoverse-n2", ["asimddp", "i8mm", "sve", "sve2"],
+                        [2, 4])
+    assert n2.dispatch_rungs() == ["floor", "native_repack", "kleidiai", "sme_off"]
+
+
+def test_emulator_models_are_checked_before_any_job(default_config):
+    import copy
+
+    from ladder.config import start_up
+
+    cfg = copy.deepcopy(default_config)
+    cfg["hosts"] = [{"name": "local"}, {"name": "e", "kind": "emulated-aarch64", "cpu": "x"}]
+    cfg["emulation"]["cpu_models"]["x"] = {"march": "armv8-a", "emulator": "qemu-12"}
+    with pytest.raises(LadderError, match=r"emulation.cpu_models.x.emulator: 'qemu-12' is not"):
+        start_up(cfg, Path(__file__).resolve().parents[1] / "workflow" / "schemas" /
+                 "config.schema.yaml")

@@ -174,6 +174,11 @@ def check_config(config: Mapping[str, Any], hosts: list[Host]) -> None:
                 raise LadderError(f"host {h.name}: cpu {h.cpu!r} is not in emulation.cpu_models "
                                   f"(known: {', '.join(models) or 'none'}); add it with the "
                                   "-march its rungs are built with")
+            name = models[h.cpu].get("emulator")
+            if name:  # named and complete before any job (fetched by fetch_emulator)
+                from ladder import emulators
+                emulators.identity(name, emulators.spec_of(
+                    config, name, f"emulation.cpu_models.{h.cpu}"))
         if quality.get("enabled"):
             try:
                 check_settings({**quality, **(em.get("quality") or {})})

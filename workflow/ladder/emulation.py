@@ -81,6 +81,7 @@ def effective_settings(config: Mapping[str, Any], emulated: bool) -> dict[str, A
         "quality": quality, "dispatch": dispatch,
         "dispatch_threads": list(dispatch.get("threads") or []),
         "dispatch_toggle": bool(dispatch["toggle"]),
+        "dispatch_sme_caps": [],
         "hotspots": bool((config.get("hotspots") or {}).get("enabled", False)),
         "kernel_tests": bool((config.get("kernel_tests") or {}).get("enabled", False)),
         "timeout_s": None,
@@ -99,7 +100,9 @@ def effective_settings(config: Mapping[str, Any], emulated: bool) -> dict[str, A
     out.update(quants=em.get("quants") or out["quants"], throughput=False, serving=False,
                bandwidth=False, hotspots=False, kernel_tests=False, quality=quality, dispatch=dispatch,
                dispatch_threads=list(emd.get("threads") or out["dispatch_threads"]),
-               dispatch_toggle=bool(emd["toggle"]), timeout_s=timeout)
+               dispatch_toggle=bool(emd["toggle"]),
+               dispatch_sme_caps=[int(c) for c in emd.get("sme_caps") or []],
+               timeout_s=timeout)
     return out
 
 
@@ -156,6 +159,19 @@ def launcher(settings: Mapping[str, Any], model: str) -> list[str]:
             str(settings.get("sysroot", "/usr/aarch64-linux-gnu")), "-cpu", model]
 
 
+def qemu_cpu_of(models: Mapping[str, Any], model: str) -> str:
+    """QEMU's name of a CPU model entry (``qemu_cpu``; the entry's key when not given): two
+    entries can name one QEMU model under two emulators (``max`` under QEMU 7.2 and 11)."""
+    return str((models.get(model) or {}).get("qemu_cpu") or model)
+
+
+def host_launcher(settings: Mapping[str, Any], facts: Mapping[str, Any]) -> list[str]:
+    """An emulated host's launcher from its facts: the emulator and QEMU model its facts were
+    read under (a fetched emulator's path, or the system's), never re-resolved."""
+    em = facts["emulated"]
+    return launcher({**settings, "qemu": em["qemu"]}, str(em.get("qemu_cpu") or em["cpu"]))
+
+
 # --- the HWCAP probe ----------------------------------------------------------------------
 def build_probe(out_dir: str | os.PathLike[str]) -> Path:
     """Cross-compile the probe (static, so it needs no sysroot at run time)."""
@@ -201,14 +217,17 @@ def emulated_facts(*, host_name: str, model: str, settings: Mapping[str, Any],
     from ladder.machine import host_facts
     from ladder.hosts import cpu_identity
 
-    qemu = qemu_path(settings)
     models = settings.get("cpu_models") or {}
     if model not in models:
         raise LadderError(f"host {host_name}: cpu {model!r} has no entry in "
                           f"emulation.cpu_models (known: {', '.join(models) or 'none'})")
-    check_cpu_model(qemu, model, host_name)
+    # a model with an emulator of its own runs under that fetched binary (ladder.emulators)
+    emulator = settings.get("emulator")
+    qemu = str(emulator["binary"]) if emulator else qemu_path(settings)
+    qemu_cpu = qemu_cpu_of(models, model)
+    check_cpu_model(qemu, qemu_cpu, host_name)
     compiler = cross_compiler_identity()
-    guest = probe_guest(qemu, model, build_probe(probe_dir))
+    guest = probe_guest(qemu, qemu_cpu, build_probe(probe_dir))
     march = str(models[model]["march"])
     carrier = host_facts(host_name)  # memory, kernel, THP, OS: the machine qemu runs on
     facts: dict[str, Any] = {
@@ -216,15 +235,21 @@ def emulated_facts(*, host_name: str, model: str, settings: Mapping[str, Any],
                                        "os", "thp", "python", "scheduler_job")},
         "lscpu": {},  # the x86 carrier's lscpu is under emulated.carrier
         "arch": "aarch64",
-        "cpu_model": f"QEMU -cpu {model} (emulated)",
+        "cpu_model": f"QEMU -cpu {qemu_cpu} (emulated)" + (
+            f" under {emulator['name']} ({emulator['version']})" if emulator else ""),
         "cpu_flags": guest["features"],
         "compiler": compiler,
         # not what -mcpu=native expands to: cross builds name the target explicitly
         "native_target": {"flag": "GGML_CPU_ARM_ARCH (explicit: cross build)", "resolved": march,
                           "fingerprint": canonical_hash(["-march=" + march], 16)},
         "emulated": {
-            "kind": KIND, "cpu": model, "class": models[model].get("class"), "march": march,
+            "kind": KIND, "cpu": model, "qemu_cpu": qemu_cpu,
+            "class": models[model].get("class"), "march": march,
             "qemu": qemu, "qemu_version": qemu_version(qemu),
+            # the fetched emulator's record (package, version, sha256s, URL); None: the system's
+            "emulator": ({k: emulator.get(k) for k in (
+                "name", "id", "package", "version", "sha256", "deb", "url", "binary_sha256")}
+                if emulator else None),
             "sysroot": str(settings.get("sysroot", "/usr/aarch64-linux-gnu")),
             "hwcap": guest["hwcap"], "hwcap2": guest["hwcap2"],
             "sve_vl_bytes": guest.get("sve_vl"), "sme_vl_bytes": guest.get("sme_vl"),

@@ -178,6 +178,49 @@ def evidence_only(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+TIER_FLAGS = ("asimddp", "i8mm", "sve", "sve2", "sme", "sme2")
+
+
+def _ran_variants(cell: Mapping[str, Any]) -> dict[str, int]:
+    """``operand shape variant`` -> calls of the vendor kernels a ledger cell saw execute."""
+    out: dict[str, int] = {}
+    for k in ((cell.get("L3") or {}).get("vendor") or {}).get("kernels") or []:
+        if k.get("shape") and k.get("calls"):
+            key = f"{k['operand']} {k['shape']} {k['variant']}"
+            out[key] = out.get(key, 0) + int(k["calls"])
+    return out
+
+
+def kernel_tiers(hosts: Sequence[tuple[str, Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """One ladder across Arm generations: per emulated host and quant, the guest's features,
+    the kernel set each vendor rung's init lines chose per operand, and which kernels the
+    ledger saw run per phase and thread count (the rung itself and its runtime variants:
+    SME off, SME caps). Rows only for rungs with a vendor kernel choice (KleidiAI)."""
+    rows = []
+    for name, doc in hosts:
+        flags = set(((doc.get("provenance") or {}).get("host") or {}).get("cpu_flags") or [])
+        ledger = (doc.get("ledger") or {}).get("cells") or []
+        for quant, by_rung in (doc.get("evidence") or {}).items():
+            for rung, ev in by_rung.items():
+                chosen = ev.get("kleidiai_primary")
+                if not chosen and ev.get("status") == "ok":
+                    continue
+                ran = [{"rung": c["rung"], "workload": c["workload"], "threads": c["threads"],
+                        "verdict": c.get("verdict"), "ran": _ran_variants(c),
+                        "sme_cap": (((c.get("L3") or {}).get("vendor") or {}).get("sme")
+                                    or {}).get("thread_cap")}
+                       for c in ledger if c.get("quant") == quant
+                       and (c.get("rung") == rung or c.get("variant_of") == rung)]
+                rows.append({"host": name, "cpu": (doc.get("emulated") or {}).get("cpu"),
+                             "class": (doc.get("emulated") or {}).get("class"),
+                             "qemu": (doc.get("emulated") or {}).get("qemu_version"),
+                             "features": [f for f in TIER_FLAGS if f in flags],
+                             "rung": rung, "quant": quant, "status": ev.get("status"),
+                             "reason": ev.get("reason"), "chosen": dict(chosen or {}),
+                             "sme": ev.get("kleidiai_sme"), "cells": ran})
+    return rows
+
+
 def _gain(cell: Mapping[str, Any], rung: str) -> dict[str, Any] | None:
     for s in cell.get("vs_floor") or []:
         if s["rung"] == rung:
@@ -341,6 +384,8 @@ def build_fleet(reports: Sequence[str], stats_cfg: Mapping[str, Any] | None = No
                         for k in sorted(by_key)],
         "evidence_only": [{"host": n, "emulated": doc.get("emulated"), "rows": evidence_only(doc)}
                           for (_, doc), n in zip(docs, names) if n in emulated],
+        "kernel_tiers": kernel_tiers([(n, doc) for (_, doc), n in zip(docs, names)
+                                      if n in emulated]),
         "drift": {"pairs": sorted(aa_pairs), "floor": drift,
                   "definition": "largest reach (log scale, as for a noise floor) of the CI of any "
                                 "rung's ratio between the reference and a host with its CPU "

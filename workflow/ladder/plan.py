@@ -169,7 +169,7 @@ class Plan:
         the CPU flags (L1 evidence) of the guest CPU, not of the x86 machine carrying it."""
         if not self.emulated:
             return {}
-        return {"launcher": emulation.launcher(self.emulation, str(self.host.cpu)),
+        return {"launcher": emulation.host_launcher(self.emulation, self.facts),
                 "guest": {"arch": "aarch64", "cpu": self.host.cpu,
                           "cpu_flags": list(self.facts.get("cpu_flags") or []),
                           "timeout_s": self.settings["timeout_s"]}}
@@ -269,8 +269,23 @@ class Plan:
         if not on or not variant or variant["rung"] != rung:
             return []
         base = self.rung(rung)
-        return [{**self.rung_summary(self.variant_rung(base, variant), rung),
-                 "variant_of": rung, "family": base.family}]
+        variants = [variant, *self.sme_cap_variants(variant)]
+        return [{**self.rung_summary(self.variant_rung(base, v), rung),
+                 "variant_of": rung, "family": base.family} for v in variants]
+
+    def sme_cap_variants(self, toggle: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The SME thread cap swept beside the toggle (emulation.dispatch.sme_caps): the toggle's
+        rung under GGML_KLEIDIAI_SME=<cap>, named sme_cap<cap>, on a host whose guest has SME
+        (elsewhere KleidiAI never reads the cap). With the rung itself (the cap KleidiAI
+        chose) and the toggle (0: SME off) these are the seed's caps auto, 0, 2, 4."""
+        caps = [int(c) for c in self.settings.get("dispatch_sme_caps") or []]
+        if not caps or "sme" not in set(self.facts.get("cpu_flags") or []):
+            return []
+        env = dict((toggle.get("runtime") or {}).get("env") or {})
+        if "GGML_KLEIDIAI_SME" not in env:  # the toggle is not KleidiAI's SME switch
+            return []
+        return [{"rung": toggle["rung"], "name": f"sme_cap{c}",
+                 "runtime": {"env": {"GGML_KLEIDIAI_SME": str(c)}}} for c in caps]
 
     def dispatch_settings(self) -> dict[str, Any]:
         """The sweep's settings (the gate is the ledger's business: editing it reruns nothing)."""

@@ -4,7 +4,7 @@
 import os
 import sys
 
-from ladder import paths
+from ladder import emulators, paths
 from ladder.errors import LadderError
 from ladder.machine import host_facts as local_facts
 from ladder.hosts import check_facts
@@ -140,11 +140,43 @@ def emulation_facts_settings(wildcards):
     if not h.emulated:
         return None
     em = config["emulation"]
-    return {
+    model = em["cpu_models"][h.cpu]
+    out = {
         "qemu": em["qemu"],
         "sysroot": em["sysroot"],
-        "cpu_models": {h.cpu: em["cpu_models"][h.cpu]},
+        "cpu_models": {h.cpu: model},
     }
+    if model.get("emulator"):  # its identity, not its path (the record gives the path)
+        out["emulator"] = emulator_identity(
+            model["emulator"], f"emulation.cpu_models.{h.cpu}"
+        )
+    return out
+
+
+def emulator_identity(name, where):
+    return emulators.identity(name, emulators.spec_of(config, name, where))
+
+
+def host_emulator(wildcards):
+    """The fetched emulator an emulated host's CPU model runs under (none: the system's QEMU)."""
+    h = host(wildcards.host)
+    if not h.emulated:
+        return []
+    name = config["emulation"]["cpu_models"][h.cpu].get("emulator")
+    if not name:
+        return []
+    spec = emulators.spec_of(config, name, f"emulation.cpu_models.{h.cpu}")
+    return [f"{R}/emulators/{name}/{emulators.emulator_id(name, spec)}/emulator.json"]
+
+
+def emulator_spec(wildcards):
+    spec = emulators.spec_of(config, wildcards.emulator, "fetch_emulator")
+    if emulators.emulator_id(wildcards.emulator, spec) != wildcards.emulator_id:
+        raise LadderError(
+            f"emulator {wildcards.emulator}/{wildcards.emulator_id} is not the one "
+            "emulation.emulators names now (stale target?)"
+        )
+    return spec
 
 
 def build_ccache_scope(key):

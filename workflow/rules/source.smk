@@ -35,8 +35,30 @@ rule vendor_source:
         "../../scripts/vendor_source.py"
 
 
+# A pinned QEMU user-mode emulator from Debian's packages (a CPU model the system's QEMU lacks,
+# e.g. SME2): downloaded, checked against its sha256 and unpacked by a job, once per pin.
+rule fetch_emulator:
+    output:
+        json=f"{R}/emulators/{{emulator}}/{{emulator_id}}/emulator.json",
+    log:
+        "logs/emulators/{emulator}.{emulator_id}.log",
+    priority: 20
+    conda:
+        "../../envs/ladder.yaml"
+    resources:
+        runtime=20,
+    params:
+        spec=emulator_spec,
+        downloads=f"{R}/downloads",
+        code=code("fetch_emulator"),
+    script:
+        "../../scripts/fetch_emulator.py"
+
+
 # Read on the node itself: every later job of the host is planned from these facts.
 checkpoint host_facts:
+    input:
+        emulator=host_emulator,
     output:
         json=paths.pattern("host"),
     log:
