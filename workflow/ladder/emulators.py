@@ -23,12 +23,11 @@ import shutil
 import subprocess
 import tempfile
 import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any, Mapping
 
 from ladder.errors import LadderError
-from ladder.io import atomic_write_json, canonical_hash, sha256_file
+from ladder.io import atomic_write_json, canonical_hash, download, sha256_file
 
 FORMAT = "ladder-emulator/1"
 BINARY = "qemu-aarch64"  # the unpacked binary's name beside emulator.json
@@ -65,16 +64,6 @@ def deb_filename(spec: Mapping[str, Any]) -> str:
     return f"{spec['package']}_{version}_{spec.get('arch', 'amd64')}.deb"
 
 
-def _download(url: str, dest: Path, timeout_s: float) -> None:
-    tmp = dest.with_name(dest.name + ".part")
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp, open(tmp, "wb") as out:
-            shutil.copyfileobj(resp, out, 1 << 20)
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def fetch_deb(name: str, spec: Mapping[str, Any], downloads: Path,
               timeout_s: float = 300) -> tuple[Path, str | None]:
     """The pinned .deb in ``downloads`` (kept from an earlier fetch when its sha256 matches),
@@ -88,7 +77,7 @@ def fetch_deb(name: str, spec: Mapping[str, Any], downloads: Path,
     failures = []
     for url in spec.get("urls") or []:
         try:
-            _download(str(url), deb, timeout_s)
+            download(str(url), deb, timeout_s)
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
             failures.append(f"{url}: {exc}")
             continue

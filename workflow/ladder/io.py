@@ -85,3 +85,20 @@ def load_first(paths: Sequence[str], missing: list[dict[str, str]]) -> Any:
     """The first of ``paths`` (a rule input list of zero or one file), or None."""
     docs = load_each(list(paths)[:1], missing)
     return docs[0] if docs else None
+
+
+def download(url: str, dest: str | os.PathLike[str], timeout_s: float = 120) -> None:
+    """``url`` to ``dest`` through a ``.part`` file (never a partial file at ``dest``, no
+    ``.part`` litter whatever stopped it); urllib's and the OS's errors are the caller's."""
+    import shutil
+    import urllib.request
+
+    dest = Path(dest)
+    tmp = dest.with_name(dest.name + ".part")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp, open(tmp, "wb") as out:
+            shutil.copyfileobj(resp, out, 1 << 20)
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)

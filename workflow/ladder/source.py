@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ladder.errors import LadderError
-from ladder.io import atomic_write_json, canonical_hash, sha256_file
+from ladder.io import atomic_write_json, canonical_hash, download, sha256_file
 
 SHA1 = re.compile(r"[0-9a-f]{40}")
 
@@ -94,16 +94,10 @@ def _pypi_sdist_url(index: str, package: str, version: str, sha256: str) -> str:
 
 
 def _download(url: str, dest: Path) -> None:
-    tmp = dest.with_suffix(dest.suffix + ".part")
-    dest.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with urllib.request.urlopen(url, timeout=120) as resp, open(tmp, "wb") as out:
-            shutil.copyfileobj(resp, out, 1 << 20)
-        os.replace(tmp, dest)
+        download(url, dest, 120)
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         raise LadderError(f"source: download of {url} failed ({exc})") from exc
-    finally:  # no *.part litter, whatever stopped the download (an error, a signal)
-        tmp.unlink(missing_ok=True)
 
 
 def fetch_pypi(source: Mapping[str, Any], workdir: Path, downloads: Path) -> dict[str, Any]:
