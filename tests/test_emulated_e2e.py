@@ -223,6 +223,14 @@ def test_quality_drift_under_emulation(report):
     assert q["native_repack"]["status"] == "ok"
     assert q["native_repack"]["kld"]["kld_mean"] >= 0
     assert q["native_repack"]["drift"]["text"]
+    # the KleidiAI rung's drift names which of its kernel sets ran: over the SME thread cap its
+    # init lines set, the fallback kernels (issue 45, item 5)
+    kq = q["kleidiai"]
+    assert kq["status"] == "ok"
+    cap = report["evidence"]["q4_0"]["kleidiai"]["kleidiai_sme"]["thread_cap"]
+    side = "over" if kq["threads"] > cap else "within"
+    assert f"{side} KleidiAI's SME thread cap {cap}" in kq["drift"]["scope"]
+    assert kq["drift"]["scope"] in kq["drift"]["text"]
 
 
 def test_fleet_lists_the_emulated_host_as_evidence_only(run_dir):

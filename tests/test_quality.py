@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from ladder.quality import first_divergence, judge_drift
+from ladder import parse
+from ladder.quality import first_divergence, judge_drift, sme_scope
 
 Q = "x86_64/quality/"
 TOL = {"ppl_rel": 0.01, "kld_mean": 0.01}
@@ -80,3 +81,21 @@ def test_scored_tokens_match_llama_perplexity(fixture_text):
 
     # 96.825 % same-top-p in the captured run (ctx 128, 4 chunks) is 244 of 252 tokens
     assert scored_tokens(128, 4) == 252 and round(244 / 252 * 100, 3) == 96.825
+
+
+def test_drift_over_the_sme_cap_is_named_the_fallback_kernels(fixture_text):
+    # issue 45, item 5: on the SME2 host (QEMU 11 max) KleidiAI's init lines set a conservative
+    # SME thread cap of 1; the quality runs use 2 threads, where every matmul goes to the
+    # non-SME kernels (the ledger's SME_THREAD_CAP), so their drift is not the SME2 kernels'
+    log = fixture_text("aarch64-qemu11/completion-kleidiai-sme2-q4_0.excerpt.log")
+    evidence = {"kleidiai_sme": parse.kleidiai_sme(log)}
+    assert evidence["kleidiai_sme"]["thread_cap"] == 1
+    assert parse.kleidiai_primary(log) == {"q4": "SME2", "q8": "SME2", "f32": "SME2"}
+    over = sme_scope({"threads": 2}, evidence)
+    assert over is not None and "over KleidiAI's SME thread cap 1 (conservative)" in over
+    assert "SME kernels' drift is not measured" in over
+    within = sme_scope({"threads": 1}, evidence)
+    assert within is not None and "within KleidiAI's SME thread cap 1" in within
+    # SME off (GGML_KLEIDIAI_SME=0), no SME line (x86, or a build without KleidiAI): no scope
+    assert sme_scope({"threads": 2}, {"kleidiai_sme": {"state": "disabled", "thread_cap": 0}}) is None
+    assert sme_scope({"threads": 2}, {}) is None

@@ -274,6 +274,22 @@ def judge_drift(rec: Mapping[str, Any], floor: Mapping[str, Any] | None,
             "ppl_rel": rel, "kld_mean": kld}
 
 
+def sme_scope(rec: Mapping[str, Any], evidence: Mapping[str, Any] | None) -> str | None:
+    """Which of KleidiAI's kernel sets a quality run's drift is of, when the rung's evidence
+    shows SME enabled with a thread cap (its init line): over the cap KleidiAI hands every
+    matmul to its non-SME kernels (the dispatch ledger's SME_THREAD_CAP), so the figures are
+    those kernels' drift, not the SME kernels'. None when SME is off or absent."""
+    sme = (evidence or {}).get("kleidiai_sme") or {}
+    cap, threads = sme.get("thread_cap"), rec.get("threads")
+    if sme.get("state") != "enabled" or not cap or not threads:
+        return None
+    if int(threads) > int(cap):
+        return (f"at {threads} threads, over KleidiAI's SME thread cap {cap} "
+                f"({sme.get('cap_source')}): the drift of its non-SME fallback kernels; the SME "
+                "kernels' drift is not measured here")
+    return f"at {threads} thread(s), within KleidiAI's SME thread cap {cap}: its SME kernels"
+
+
 def cleanup_logits(base_dir: str) -> list[str]:
     removed = []
     for p in Path(base_dir).glob("base-*.kld"):

@@ -11,7 +11,7 @@ from ladder.errors import LadderError
 from ladder.io import atomic_write_json, load_each, load_first, read_json
 from ladder.dispatch import CREDITED, workload_phase
 from ladder.cost import cost_table, host_price
-from ladder.quality import judge_drift
+from ladder.quality import judge_drift, sme_scope
 
 FORMAT = "ladder-report/1"
 
@@ -366,17 +366,23 @@ def cell_metadata(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def quality_section(plan: Mapping[str, Any], quality: Sequence[str],
-                    missing: list[dict[str, str]]) -> tuple[dict[str, dict[str, Any]],
-                                                            dict[str, float]]:
-    """Quality records per quant and rung, each judged for drift against the reference."""
+                    missing: list[dict[str, str]],
+                    evidence: Mapping[str, Mapping[str, Any]] | None = None
+                    ) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
+    """Quality records per quant and rung, each judged for drift against the reference (and,
+    for a KleidiAI rung with SME, which of its kernel sets ran at the run's threads)."""
     by_quant: dict[str, dict[str, Any]] = {}
     tolerance = plan.get("quality_tolerance") or {"ppl_rel": 0.01, "kld_mean": 0.01}
     for q in load_each(quality, missing):
         by_quant.setdefault(str(q.get("quant", "?")).lower(), {})[q.get("rung", "?")] = q
-    for by_rung in by_quant.values():
+    for quant, by_rung in by_quant.items():
         ref = by_rung.get(plan.get("reference") or "")
         for rec in by_rung.values():
             rec["drift"] = judge_drift(rec, ref, tolerance)
+            scope = sme_scope(rec, ((evidence or {}).get(quant) or {}).get(rec.get("rung")))
+            if scope:
+                rec["drift"]["scope"] = scope
+                rec["drift"]["text"] += f" ({scope})"
     return by_quant, tolerance
 
 
@@ -473,7 +479,8 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
     evidence_by_quant: dict[str, dict[str, Any]] = {}
     for ev in ev_docs:
         evidence_by_quant.setdefault(str(ev.get("quant", "?")).lower(), {})[ev.get("rung", "?")] = ev
-    quality_by_quant, tolerance = quality_section(plan, files("quality"), missing)
+    quality_by_quant, tolerance = quality_section(plan, files("quality"), missing,
+                                                  evidence_by_quant)
     bw_doc = load_first(files("bandwidth"), missing)
     peak = (report_cfg or {}).get("peak_gflops")
     price, price_note = host_price(cost, (plan.get("host") or {}).get("instance"))
