@@ -99,3 +99,13 @@ def test_drift_over_the_sme_cap_is_named_the_fallback_kernels(fixture_text):
     # SME off (GGML_KLEIDIAI_SME=0), no SME line (x86, or a build without KleidiAI): no scope
     assert sme_scope({"threads": 2}, {"kleidiai_sme": {"state": "disabled", "thread_cap": 0}}) is None
     assert sme_scope({"threads": 2}, {}) is None
+
+
+def test_sme_off_and_an_sme_cap_override_from_real_init_lines(fixture_text):
+    # the same SME2 build under GGML_KLEIDIAI_SME=0 and =4 (tests/fixtures/README.md)
+    off = parse.kleidiai_sme(fixture_text("aarch64-qemu11/bench-kleidiai-sme_off-q4_0.stderr.excerpt.log"))
+    assert off is not None and off["state"] == "disabled" and off["thread_cap"] == 0
+    assert sme_scope({"threads": 2}, {"kleidiai_sme": off}) is None
+    cap4 = parse.kleidiai_sme(fixture_text("aarch64-qemu11/bench-kleidiai-sme_cap4-q4_0.stderr.excerpt.log"))
+    assert cap4 is not None and cap4["thread_cap"] == 4 and cap4["cap_source"] == "override"
+    assert "within KleidiAI's SME thread cap 4" in (sme_scope({"threads": 2}, {"kleidiai_sme": cap4}) or "")
