@@ -85,6 +85,26 @@ def builds(dirs: Iterable[Path], spans: dict[str, tuple[float, float]]) -> list[
                 "configure_s": doc.get("configure_wall_s"), "build_s": doc.get("build_wall_s"),
                 "hits": hits, "misses": misses,
             })
+        # a vendor library's test suite built by a vendor_tests job (ladder.vendortests)
+        for rec_path in sorted(d.glob("**/*.vendor.json")):
+            try:
+                doc = json.loads(rec_path.read_text())
+            except (OSError, ValueError):
+                continue
+            b = doc.get("build") if str(doc.get("format", "")).startswith(
+                "ladder-vendor-tests/") else None
+            if not b:
+                continue
+            cc = b.get("ccache") or {}
+            hits, misses = ccache_hits(cc) if cc else (None, None)
+            out.append({
+                "key": str(b.get("key", "?"))[:8], "arch": (doc.get("ran_on") or {}).get(
+                    "emulated", {}).get("arch") or (doc.get("ran_on") or {}).get("arch", "?"),
+                "kind": f"{doc.get('vendor')} tests", "status": b.get("status"),
+                "module": _module_at(rec_path.stat().st_mtime, spans),
+                "configure_s": b.get("configure_wall_s"), "build_s": b.get("build_wall_s"),
+                "hits": hits, "misses": misses,
+            })
     return sorted(out, key=lambda b: (b["module"], b["key"]))
 
 

@@ -84,6 +84,22 @@ def test_each_build_is_credited_to_the_module_that_made_it(tmp_path):
     assert "| tests/test_emulated_e2e.py | abcdef01 | aarch64 | cross+KleidiAI | ok | 12 | 48 " \
            "| 400 | 17 |" in table
 
+    # a vendor_tests job's build of KleidiAI's test suite is a build of that module too
+    rec = tmp_path / "results" / "kernels" / "kleidiai.vendor.json"
+    rec.parent.mkdir(parents=True)
+    rec.write_text(json.dumps({
+        "format": "ladder-vendor-tests/1", "vendor": "KleidiAI",
+        "ran_on": {"arch": "x86_64", "emulated": {"arch": "aarch64"}},
+        "build": {"key": "0123456789abcdef", "status": "ok", "configure_wall_s": 3.0,
+                  "build_wall_s": 290.0, "ccache": {"direct_cache_hit": 0,
+                                                   "preprocessed_cache_hit": 0,
+                                                   "cache_miss": 346}}}))
+    os.utime(rec, (550, 550))
+    rows = m.builds([tmp_path], spans)
+    (vendor,) = [r for r in rows if r["kind"] == "KleidiAI tests"]
+    assert (vendor["arch"], vendor["misses"], vendor["build_s"]) == ("aarch64", 346, 290.0)
+    assert vendor["module"] == "tests/test_emulated_e2e.py"
+
 
 @pytest.mark.skipif(shutil.which("ccache") is None or shutil.which("cc") is None,
                     reason="ccache or cc missing")

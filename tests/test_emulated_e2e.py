@@ -338,3 +338,23 @@ def test_a_wrong_kleidiai_archive_is_named_and_the_rest_stays(run_dir, snakemake
                 ).stat().st_mtime_ns == mtime
     md = (run_dir / EMU / "report" / "ladder.md").read_text()
     assert "vendor_sources.KleidiAI.sha256" in md
+
+
+def test_kleidiais_own_tests_of_the_sme2_kernels(report, run_dir):
+    # issue 45, item 5: KleidiAI's googletest suite, built from the rung's own KleidiAI source,
+    # run under QEMU 11's max: the SME2 kernels llama.cpp calls ran and matched their reference
+    (v,) = [x for x in report["kernel_tests"]["vendor"] if x["rung"] == "kleidiai"]
+    assert v["status"] == "ok", v["reason"]
+    assert v["totals"]["failed"] == 0 and v["totals"]["passed"] > 0
+    q4 = v["results"]["matmul_clamp_f32_qsi8d32p_qsi4c32p_test"]["ukernels"]
+    gemv = q4["matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4vlx4_1x4vl_sme2_sdot"]
+    assert gemv["passed"] > 0 and gemv["failed"] == 0
+    assert gemv["skip_reasons"] == {"Kernel does not support M != 1": gemv["skipped"]}
+    f16 = v["results"]["matmul_clamp_f32_f16p_qsi4c32p_test"]["ukernels"]
+    gemm = f16["matmul_clamp_f32_f16p1vlx2_qsi4c32p4vlx2_1vlx4vl_sme2_mopa"]
+    assert gemm["passed"] > 0 and gemm["failed"] == 0
+    # the launcher is the host's pinned emulator with its QEMU CPU model
+    argv = v["results"]["matmul_clamp_f32_qsi8d32p_qsi4c32p_test"]["argv"]
+    assert "/emulators/qemu-11/" in argv[0] and argv[argv.index("-cpu") + 1] == "max"
+    md = (run_dir / EMU / "report" / "ladder.md").read_text()
+    assert "KleidiAI's own tests of the kernels llama.cpp calls" in md

@@ -23,6 +23,7 @@ RESULTS: dict[str, str] = {
     "ledger": f"{HOST}/dispatch/ledger.json",
     "hotspots": f"{HOST}/hotspots/{{model}}/{{quant}}/{{rung}}.json",
     "kernel_tests": f"{HOST}/kernels/{{rung}}.json",
+    "vendor_tests": f"{HOST}/kernels/{{rung}}.vendor.json",
     "gate": f"{HOST}/dispatch/gate.ok",
     "serving_point": f"{HOST}/serving/{{experiment}}/{{model}}/{{point}}/t{{threads}}.json",
     "serving_prefix": f"{HOST}/serving/prefix_cache/{{model}}.json",

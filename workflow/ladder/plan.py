@@ -330,6 +330,15 @@ class Plan:
     def kernel_test_settings(self) -> dict[str, Any]:
         return dict(self.config["kernel_tests"])
 
+    def vendor_test_rungs(self) -> list[str]:
+        """Rungs built with a local KleidiAI source (its own test suite, ladder.vendortests):
+        aarch64 rungs only, the suite's own target."""
+        if not self.settings.get("vendor_tests"):
+            return []
+        return [r.name for r in self.applicable if not r.twin_of
+                and any(name == "KleidiAI"
+                        for name, _ in self.vendor_records(self.build_keys[r.name]))]
+
     # --- serving levers ---------------------------------------------------------------------
     @property
     def serving(self) -> Mapping[str, Any]:

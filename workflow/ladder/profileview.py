@@ -31,10 +31,15 @@ def hotspots(ctx: SectionContext) -> dict[str, Any] | None:
 
 
 def kernel_tests(ctx: SectionContext) -> dict[str, Any] | None:
-    """ggml's kernel tests per rung, with the failed checks named."""
+    """ggml's kernel tests per rung, with the failed checks named; and a vendor library's own
+    tests of the kernels llama.cpp calls (KleidiAI's suite, ladder.vendortests)."""
+    from ladder.vendortests import summary
+
     plan, files, missing = ctx.plan, ctx.files["kernel_tests"], ctx.missing
     reason = plan.get("kernel_tests_unavailable")
-    if not files and not reason:
+    vendor = [{**d, "summary": summary(d)}
+              for d in load_each(ctx.files.get("vendor_tests") or [], missing)]
+    if not files and not reason and not vendor:
         return None
     rungs = []
     for d in load_each(files, missing):
@@ -44,5 +49,6 @@ def kernel_tests(ctx: SectionContext) -> dict[str, Any] | None:
         rungs.append({**d, "failed_checks": failed})
     order = {n: i for i, n in enumerate(plan.get("ladder_order") or [])}
     rungs.sort(key=lambda r: order.get(r["rung"], 99))
-    return {"unavailable": reason, "rungs": rungs}
+    vendor.sort(key=lambda r: order.get(r["rung"], 99))
+    return {"unavailable": reason, "rungs": rungs, "vendor": vendor}
 

@@ -289,8 +289,13 @@ def time_share(hot: Mapping[str, Any] | None, ledger_cell: Mapping[str, Any]) ->
 
 
 def kernel_flag(kt: Mapping[str, Any] | None, rung: str) -> dict[str, Any] | None:
-    """A rung whose kernels fail ggml's correctness test, flagged beside its speedup."""
+    """A rung whose kernels fail ggml's correctness test (or its vendor library's own tests),
+    flagged beside its speedup."""
+    v = next((x for x in (kt or {}).get("vendor") or [] if x["rung"] == rung), None)
     r = next((x for x in (kt or {}).get("rungs") or [] if x["rung"] == rung), None)
+    if v is not None and (r is None or v.get("status") != "ok"):
+        return {"flag": v.get("status") in ("failed", "crashed"),
+                "text": f"KleidiAI's own tests: {v['summary']}"}
     if r is None:
         return None
     fns = r.get("fns") or {}

@@ -76,7 +76,8 @@ SECTIONS: tuple[Section, ...] = (
             figures="ladder.figures:serving_figures"),
     Section("hotspots", ("hotspots",), build="ladder.profileview:hotspots",
             slot="after_ledger", figures="ladder.figures:hotspot_bars"),
-    Section("kernel_tests", ("kernel_tests",), build="ladder.profileview:kernel_tests",
+    Section("kernel_tests", ("kernel_tests", "vendor_tests"),
+            build="ladder.profileview:kernel_tests",
             slot="after_ledger"),
 )
 

@@ -376,13 +376,18 @@ def hotspots_files(wildcards):
 
 
 def kernel_tests_files(wildcards):
-    """The kernel-tests section's inputs: each tested rung's JSON."""
+    """The kernel-tests section's inputs: each tested rung's JSON (ggml's tests), and each
+    KleidiAI rung's run of KleidiAI's own suite."""
     plan = host_plan(wildcards.host)
     return {
         "kernel_tests": [
             paths.result("kernel_tests", host=wildcards.host, rung=r)
             for r in plan.kernel_test_rungs()
-        ]
+        ],
+        "vendor_tests": [
+            paths.result("vendor_tests", host=wildcards.host, rung=r)
+            for r in plan.vendor_test_rungs()
+        ],
     }
 
 
@@ -550,6 +555,18 @@ def kernel_test_quants(wildcards):
 
 def kernel_test_settings(wildcards):
     return host_plan(wildcards.host).kernel_test_settings()
+
+
+def vendor_test_timeout(wildcards):
+    return host_plan(wildcards.host).kernel_test_settings()["vendor"]["timeout_s"]
+
+
+def vendor_test_ccache(wildcards):
+    """The rung's own build's compiler cache (the suite compiles the same kernels)."""
+    if not config["build"]["ccache"]:
+        return None
+    key = host_plan(wildcards.host).build_keys[wildcards.rung]
+    return f"{R}/ccache/{build_ccache_scope(key)}"
 
 
 def ledger_inputs(wildcards):

@@ -41,3 +41,29 @@ rule kernel_tests:
         code=code("kernel_tests"),
     script:
         "../../scripts/kernel_tests.py"
+
+
+# KleidiAI's own test suite, built from the rung's KleidiAI source, run on the host (under its
+# emulator on an emulated host): which of the kernels llama.cpp calls pass (ladder.vendortests)
+rule vendor_tests:
+    input:
+        build=rung_provenance,
+    output:
+        json=paths.pattern("vendor_tests"),
+        raw=directory(paths.beside("vendor_tests", ".raw")),
+    log:
+        "logs/{host}/kernels/{rung}.vendor.log",
+    conda:
+        "../../envs/ladder.yaml"
+    threads: host_threads
+    resources:
+        **host_resources(mem_mb=4000, runtime=60),
+    params:
+        rung=rung_summary,
+        timeout_s=vendor_test_timeout,
+        jobs=config["build"]["jobs"],
+        resources_dir=R,
+        ccache_dir=vendor_test_ccache,
+        code=code("vendor_tests"),
+    script:
+        "../../scripts/vendor_tests.py"

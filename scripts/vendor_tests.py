@@ -1,0 +1,13 @@
+import os
+import sys
+
+sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the ladder package
+from ladder.adapter import run_step
+from ladder.vendortests import run_suite
+
+run_step(snakemake, lambda: run_suite(
+    rung=snakemake.params.rung, provenance=snakemake.input.build,
+    resources_dir=snakemake.params.resources_dir, out_json=snakemake.output.json,
+    raw_dir=snakemake.output.raw, log=snakemake.log[0], jobs=snakemake.params.jobs or snakemake.threads,
+    timeout_s=float(snakemake.params.timeout_s), ccache_dir=snakemake.params.ccache_dir,
+))
