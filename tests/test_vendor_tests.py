@@ -80,3 +80,15 @@ def test_summary_and_failures():
     failed = vt.parse_gtest({"testsuites": [{"name": "S", "testsuite": [
         {"name": "t", "result": "COMPLETED", "failures": [{"failure": "x.cpp:1\nmismatch"}]}]}]})
     assert failed[0]["result"] == "failed" and failed[0]["failures"] == ["x.cpp:1"]
+
+
+def test_a_rung_without_a_build_is_a_record_with_its_raw_folder(tmp_path):
+    # the rule's outputs exist even when nothing runs (the wrong-archive lane: not applicable)
+    prov = tmp_path / "provenance.json"
+    prov.write_text(json.dumps({"status": "not_applicable", "reason": "no KleidiAI source"}))
+    rec = vt.run_suite(rung={"name": "kleidiai", "launcher": []}, provenance=str(prov),
+                       resources_dir=str(tmp_path / "res"), out_json=str(tmp_path / "k.json"),
+                       raw_dir=str(tmp_path / "k.raw"), log=str(tmp_path / "k.log"), jobs=2,
+                       timeout_s=10, ccache_dir=None)
+    assert rec["status"] == "not_run" and "no KleidiAI source" in rec["reason"]
+    assert (tmp_path / "k.raw").is_dir() and json.loads((tmp_path / "k.json").read_text())

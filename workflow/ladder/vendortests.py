@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import fcntl
 import re
-import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -128,6 +128,8 @@ def run_suite(*, rung: Mapping[str, Any], provenance: str, resources_dir: str, o
               ccache_dir: str | None) -> dict[str, Any]:
     """Build the test binaries of the micro-kernels the rung's llama.cpp uses from the rung's own
     vendor source, run each whole under the rung's launcher, and write the record."""
+    raw = Path(raw_dir)
+    raw.mkdir(parents=True, exist_ok=True)  # an output even when nothing runs
     prov = read_json(provenance)
     vendor = next((v for v in prov.get("vendor") or [] if v.get("name") == "KleidiAI"), None)
     rec: dict[str, Any] = {"format": FORMAT, "ran_on": host_brief(rung.get("guest")),
@@ -182,25 +184,36 @@ def run_suite(*, rung: Mapping[str, Any], provenance: str, resources_dir: str, o
                     if env else None}
     if built["status"] != "ok":
         return done("build_failed", built["reason"])
-    raw = Path(raw_dir)
-    raw.mkdir(parents=True, exist_ok=True)
+    # each binary in ``jobs`` googletest shards, every shard its own (single-threaded) process
+    shards = max(1, int(jobs))
+    runs = [(t, i) for t in sorted(targets) for i in range(shards)]
+
+    def one(target: str, i: int) -> tuple[list[str], Any, Path]:
+        report = raw / f"{target}.shard{i}.json"
+        report.unlink(missing_ok=True)
+        argv = [*rec["launcher"], str(build_dir / target), f"--gtest_output=json:{report}"]
+        res = run(argv, env={"GTEST_TOTAL_SHARDS": str(shards), "GTEST_SHARD_INDEX": str(i)},
+                  timeout_s=timeout_s)
+        (raw / f"{target}.shard{i}.log").write_text(res.stdout + res.stderr)
+        return argv, res, report
+
+    with ThreadPoolExecutor(max_workers=shards) as pool:
+        done_runs = dict(zip(runs, pool.map(lambda r: one(*r), runs)))
     results: dict[str, Any] = {}
     failed_runs = []
     for target in sorted(targets):
-        report = raw / f"{target}.json"
-        report.unlink(missing_ok=True)
-        argv = [*rec["launcher"], str(build_dir / target), f"--gtest_output=json:{report}"]
-        t0 = time.monotonic()
-        res = run(argv, timeout_s=timeout_s)
-        (raw / f"{target}.log").write_text(res.stdout + res.stderr)
-        entry: dict[str, Any] = {"argv": argv, "wall_s": round(time.monotonic() - t0, 2),
-                                 "exit": res.returncode, "failure": res.failure()}
-        if report.is_file():
-            tests = parse_gtest(read_json(str(report)))
+        mine = [done_runs[(target, i)] for i in range(shards)]
+        entry: dict[str, Any] = {
+            "argv": mine[0][0], "shards": shards,
+            "wall_s": round(max(r.wall_s for _, r, _ in mine), 2),
+            "exit": max((r.returncode for _, r, _ in mine), key=abs),
+            "failure": next((r.failure() for _, r, _ in mine if r.failure()), None)}
+        if all(report.is_file() for _, _, report in mine):
+            tests = [t for _, _, report in mine for t in parse_gtest(read_json(str(report)))]
             entry.update(tally(tests), ukernels=per_ukernel(tests, targets[target], ukernels),
                          tests=len(tests))
         else:
-            failed_runs.append(f"{target}: {res.failure() or 'no googletest report'}")
+            failed_runs.append(f"{target}: {entry['failure'] or 'no googletest report'}")
         results[target] = entry
     rec["results"] = results
     rec["totals"] = {k: sum(int(e.get(k) or 0) for e in results.values())
