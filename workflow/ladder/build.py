@@ -80,6 +80,12 @@ def ccache_counters(env: Mapping[str, str]) -> dict[str, int]:
     return stats
 
 
+def ccache_delta(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]:
+    """What one build did to the cache: hits and misses between two ``ccache_counters``."""
+    return {k: after.get(k, 0) - before.get(k, 0)
+            for k in ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss")}
+
+
 def ccache_hits(stats: Mapping[str, Any]) -> tuple[int, int]:
     """(hits, misses) of ccache counters: direct and preprocessed hits together."""
     return (int(stats.get("direct_cache_hit", 0)) + int(stats.get("preprocessed_cache_hit", 0)),
@@ -261,8 +267,7 @@ def build(
                build_dir / "bin", recipe["targets"])
     after = ccache_counters(env)
     if before or after:
-        record["ccache"] = {k: after.get(k, 0) - before.get(k, 0)
-                            for k in ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss")}
+        record["ccache"] = ccache_delta(before, after)
         record["ccache"]["dir"] = env.get("CCACHE_DIR")
         with open(log, "a") as log_f:
             log_f.write(f"ladder: {ccache_summary(record['ccache'])}\n")

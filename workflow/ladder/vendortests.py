@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ladder.build import ccache_counters, ccache_env, run_stages
+from ladder.build import ccache_counters, ccache_delta, ccache_env, run_stages
 from ladder.io import atomic_write_json, canonical_hash, read_json
 from ladder.machine import host_brief
 from ladder.recipes import toolchain_file_path
@@ -94,16 +94,15 @@ def tally(tests: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {**counts, "skip_reasons": reasons}
 
 
-def per_ukernel(tests: Sequence[Mapping[str, Any]], ukernels: Sequence[str],
-                all_ukernels: Sequence[str]) -> dict[str, Any]:
+def per_ukernel(tests: Sequence[Mapping[str, Any]], ukernels: Sequence[str]) -> dict[str, Any]:
     """Results per used micro-kernel: the tests whose name or parameter names it. A binary whose
     test names carry no micro-kernel name (a variant index) is counted for its used kernels
     together, and says so."""
+    text = [f"{t['name']} {t.get('param') or ''}" for t in tests]
+    named = any("kai_" in x for x in text)
     by: dict[str, Any] = {}
-    named = [t for t in tests if any(f"kai_{u}" in f"{t['name']} {t.get('param') or ''}"
-                                      for u in all_ukernels) or "kai_" in t["name"]]
     for u in ukernels:
-        mine = [t for t in tests if f"kai_{u}" in f"{t['name']} {t.get('param') or ''}"]
+        mine = [t for t, x in zip(tests, text) if f"kai_{u}" in x]
         if mine:
             by[u] = tally(mine)
         elif not named:
@@ -179,9 +178,7 @@ def run_suite(*, rung: Mapping[str, Any], provenance: str, resources_dir: str, o
                     "build_argv": compile_, "status": built["status"], "reason": built["reason"],
                     "configure_wall_s": built.get("configure_wall_s"),
                     "build_wall_s": built.get("build_wall_s"), "c_flags_note": C_FLAGS_NOTE,
-                    "ccache": {k: after.get(k, 0) - before.get(k, 0) for k in
-                               ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss")}
-                    if env else None}
+                    "ccache": ccache_delta(before, after) if env else None}
     if built["status"] != "ok":
         return done("build_failed", built["reason"])
     # each binary in ``jobs`` googletest shards, every shard its own (single-threaded) process
@@ -210,7 +207,7 @@ def run_suite(*, rung: Mapping[str, Any], provenance: str, resources_dir: str, o
             "failure": next((r.failure() for _, r, _ in mine if r.failure()), None)}
         if all(report.is_file() for _, _, report in mine):
             tests = [t for _, _, report in mine for t in parse_gtest(read_json(str(report)))]
-            entry.update(tally(tests), ukernels=per_ukernel(tests, targets[target], ukernels),
+            entry.update(tally(tests), ukernels=per_ukernel(tests, targets[target]),
                          tests=len(tests))
         else:
             failed_runs.append(f"{target}: {entry['failure'] or 'no googletest report'}")
