@@ -33,6 +33,13 @@ def small_config(path: Path) -> Path:
     ladder = cfg["ladders"]["x86_64"]
     ladder["rungs"] = [r for r in ladder["rungs"] if r["name"] in ("floor", "native_repack")]
     cfg["measure"].update(threads=[1], rounds=3)
+    # The hypervisor's steal on this shared machine kind is not always small: through one whole
+    # CI run (2026-12-05) it stayed at 6-20 %, every 3-round cell here kept 1-2 rounds after its
+    # re-measurements, and the compare below could only say "insufficient data" of a 13x
+    # regression. This module tests resuming and the compare gate on effects of 3-13x, which
+    # such steal cannot hide; a round disturbed by other processes is still measured again, and
+    # the steal rule itself is tested in tests/test_disturbance.py and the e2e module.
+    cfg["measure"]["disturbance"] = {**cfg["measure"].get("disturbance", {}), "steal_max": 1.0}
     cfg["measure"]["workloads"].update(pp64=None, pp16={"n_prompt": 16, "n_gen": 0},
                                        tg16={"n_prompt": 0, "n_gen": 16})
     cfg["quality"]["enabled"] = False
