@@ -4,7 +4,7 @@ import sys
 sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the ladder package
 from ladder.adapter import run_step
 from ladder.evidence import collect
-from ladder.recipes import Marker
+from ladder.markers import Marker
 
 rung = snakemake.params.rung
 settings = snakemake.params.settings

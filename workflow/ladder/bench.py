@@ -21,7 +21,7 @@ from ladder.errors import LadderError
 from ladder.machine import cpu_set, host_brief
 from ladder.io import atomic_write_json, atomic_write_text, read_json
 from ladder.run import run
-from ladder.build import unbuilt_status
+from ladder.status import unbuilt_status
 
 FORMAT = "ladder-samples/1"
 
@@ -69,6 +69,7 @@ def built_rungs(rungs: Sequence[Mapping[str, Any]], where: str, none_ok: bool = 
     for r in rungs:
         prov = read_json(r["provenance"])
         entry = {"build_key": prov.get("build_key"), "runtime": r["runtime"],
+                 "source": (prov.get("source") or {}).get("label"),
                  "status": "measured", "reason": None}
         if prov.get("status") != "ok":
             entry.update(status=unbuilt_status(prov), reason=prov.get("reason"), log=prov.get("log"))

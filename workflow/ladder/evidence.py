@@ -14,9 +14,9 @@ from ladder.emulation import guest_crash
 from ladder.machine import host_brief
 from ladder.io import atomic_write_json, atomic_write_text, read_json
 from ladder.machine import host_cpu_flags
-from ladder.recipes import Marker
+from ladder.markers import Marker
 from ladder.run import diagnose_crash, run
-from ladder.build import unbuilt_status
+from ladder.status import unbuilt_status
 
 FORMAT = "ladder-evidence/1"
 

@@ -25,7 +25,7 @@ from ladder.io import (
     sha256_file,
 )
 from ladder.run import RunResult, run
-from ladder.build import unbuilt_status
+from ladder.status import unbuilt_status
 
 FORMAT = "ladder-quality/1"
 # tools/perplexity/perplexity.cpp: "if (kld.count < 100) return; // we do not wish to do
