@@ -6,6 +6,7 @@ Deselect with `-m "not e2e"`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -286,6 +287,64 @@ def test_single_rung_target(run_dir):
     card = json.loads((run_dir / HOST / "rungs" / "native_repack.json").read_text())
     assert card["build"]["status"] == "ok"
     assert card["evidence"][0]["weight_buffers_mib"]["CPU_REPACK"] > 0
+
+
+PATCHES = ROOT / "tests" / "fixtures" / "patches"
+
+
+def patched_config(tmp_path: Path, marker_patch: Path) -> Path:
+    """The e2e config with two more rungs on native_repack's recipe: one patched with a real
+    patch that makes the CPU backend list a feature LADDER_PATCHED (tests/fixtures/patches), one
+    whose patch does not apply to llama.cpp 0c1e570."""
+    cfg = yaml.safe_load(E2E_CONFIG.read_text())
+    rungs = cfg["ladders"]["x86_64"]["rungs"]
+    native = next(r for r in rungs if r["name"] == "native_repack")
+    rungs.append({**native, "name": "native_patched", "label": "native + repack, patched",
+                  "patches": [{"path": str(marker_patch)}],
+                  "markers": [*native["markers"], {"mechanism": "patched",
+                                                   "feature": "LADDER_PATCHED"}]})
+    rungs.append({**native, "name": "native_badpatch", "label": "a patch that does not apply",
+                  "patches": [{"path": str(PATCHES / "does-not-apply.patch")}]})
+    path = tmp_path / "patched.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def test_a_rung_carries_patches(run_dir, tmp_path):
+    """Issue 41: a patched rung is built from its own patched copy of the source (the feature
+    its patch adds is in its binary's load log); a patch that does not apply fails that rung by
+    name (file and hunk) and the other rung still builds; editing a patch rebuilds that rung
+    only. Only the two rungs' cards are asked for: no bench cell is measured."""
+    marker = tmp_path / "feature-marker.patch"
+    marker.write_text((PATCHES / "feature-marker.patch").read_text())
+    cfg = patched_config(tmp_path, marker)
+    cards = [f"{HOST}/rungs/native_patched.json", f"{HOST}/rungs/native_badpatch.json"]
+    res = run_snakemake(run_dir, *cards, config=cfg)
+    assert res.returncode == 0, res.stderr[-4000:]
+    good = json.loads((run_dir / cards[0]).read_text())
+    sha = hashlib.sha256(marker.read_bytes()).hexdigest()
+    assert good["build"]["status"] == "ok"
+    ev = good["evidence"][0]
+    assert "LADDER_PATCHED = 1" in ev["system_info"]  # the patch is in the binary
+    assert {c["mechanism"]: c["credited"] for c in ev["claims"]}["patched"] is True
+    bad = json.loads((run_dir / cards[1]).read_text())
+    reason = bad["build"]["reason"]
+    assert bad["build"]["status"] == "failed" and bad["evidence"][0]["status"] == "build_failed"
+    assert "llama.cpp 0c1e570 + 1 patch (does-not-apply, " in reason, reason
+    assert ("patch does-not-apply (" in reason and
+            "rejected ggml/src/ggml-cpu/ggml-cpu.cpp hunk #1 (at line 629)" in reason), reason
+    # the patched build's record names its source: base commit + the patch and its sha256
+    prov = json.loads((shared_resources() / "builds" / good["build"]["build_key"] /
+                       "provenance.json").read_text())
+    assert prov["source"]["label"] == f"llama.cpp 0c1e570 + 1 patch (feature-marker, {sha[:12]})"
+    assert prov["source"]["patched_from_commit"].startswith("0c1e570")
+    # editing the patch: a new patched source, and that rung's build and evidence only
+    marker.write_text(marker.read_text().replace("no CPU has", "no CPU has, edited"))
+    res = run_snakemake(run_dir, *cards, "-n", "--quiet", "rules", config=cfg)
+    assert res.returncode == 0, res.stderr[-3000:]
+    counts = rule_counts(res.stdout)
+    assert counts.get("fetch_source") == 1 and counts.get("build") == 1, counts
+    assert counts.get("evidence") == 1 and "quantize" not in counts, counts
 
 
 def rule_counts(out: str) -> dict[str, int]:

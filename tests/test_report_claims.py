@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ladder import stats
-from ladder.report import attribution, dispatch_for, weight_share
+from ladder.report import attribution, dispatch_for, rung_status, weight_share
 from ladder.servingview import unmeasured_rungs
 
 DOC = json.loads((Path(__file__).parent / "fixtures" / "report" / "ladder.json").read_text())
@@ -33,16 +33,56 @@ def _judge(quant, workload, rung, phase):
                        rungs[rung], cell["model_size"]), disp
 
 
-def test_a_crashing_rung_gets_no_credit_and_its_crash_stands_beside_the_gain():
-    # before: "amx over native_repack: 1.91x faster ... Dispatch: DISPATCHED" while the evidence
-    # said "markers present, but the run crashed" and the rung died of SIGILL in prefill
-    att, disp = _judge("q4_0", "tg64", "amx", "decode")
-    assert disp["verdict"] == "DISPATCHED"  # the ledger alone would have credited it
-    assert att["credited"] is False
-    assert att["crashes"]["status"] == "crashed" and "SIGILL" in att["crashes"]["reason"]
-    assert att["text"].startswith("not credited: evidence run crashed; evidence: amx markers "
-                                  "present, but the run crashed")
+def _rungs_now():
+    """The fixture's rung statuses as today's report derives them from its cells and evidence
+    (each crash with the phase of the cells it happened in)."""
+    evs = [ev for by_rung in DOC["evidence"].values() for ev in by_rung.values()]
+    builds = {r["name"]: {"status": "ok", "log": None} for r in DOC["rungs"]}
+    return {r["name"]: rung_status({"name": r["name"]}, builds[r["name"]], evs, DOC["cells"])
+            for r in DOC["rungs"]}
+
+
+def test_a_rung_crashing_in_prefill_is_credited_in_decode_and_flagged():
+    # first: "amx over native_repack: 1.91x faster ... Dispatch: DISPATCHED" while the rung
+    # died of SIGILL in prefill; then (issue 19) "not credited: evidence run crashed", though
+    # decode never crashed; now (issue 41): credited in decode, its prefill crash beside it
+    rungs = _rungs_now()
+    amx = rungs["amx"]
+    assert amx["status"] == "crashed" and amx["crashed_in"] == ["prefill"]
+    cell = _cell("q4_0", "tg64")
+    step = _step(cell, "amx")
+    disp = dispatch_for(DOC["ledger"]["cells"], "amx", "q4_0", "decode", cell["threads"])
+    assert disp["verdict"] == "DISPATCHED" and step["verdict"]["call"] == "faster"
+    att = attribution(step["verdict"]["call"], DOC["evidence"]["q4_0"]["amx"], disp, amx,
+                      cell["model_size"], "decode")
+    assert att["credited"] is True and att["engaged"] == ["amx"]
+    assert att["text"].startswith("credited to amx"), att["text"]
+    assert "in decode only: it crashes in prefill (killed by SIGILL (llama-bench, q4_0/pp128" \
+        in att["text"], att["text"]
+    assert att["crashes"]["phases"] == ["prefill"]
     assert "more than the 224 MiB of weights" in att["text"]  # never "109 %" of the weights
+
+
+def test_a_crash_without_a_phase_that_held_credits_nothing():
+    evs = [ev for by_rung in DOC["evidence"].values() for ev in by_rung.values()]
+    cell = _cell("q4_0", "tg64")
+    disp = dispatch_for(DOC["ledger"]["cells"], "amx", "q4_0", "decode", cell["threads"])
+    ev = DOC["evidence"]["q4_0"]["amx"]
+    # the evidence run crashed and no llama-bench cell did: the crash is no other phase's
+    only_evidence = rung_status({"name": "amx"}, {"status": "ok"}, evs,
+                                [{**c, "rung_status": {}} for c in DOC["cells"]])
+    att = attribution("faster", ev, disp, only_evidence, cell["model_size"], "decode")
+    assert att["credited"] is False and "evidence run crashed" in att["text"]
+    # decode cells crashed too: nothing held
+    both = rung_status({"name": "amx"}, {"status": "ok"}, evs, [
+        {**c, "rung_status": {"amx": {"status": "crashed", "reason": "killed by SIGILL"}}}
+        for c in DOC["cells"]])
+    assert both["crashed_in"] == ["decode", "prefill"]
+    att = attribution("faster", ev, disp, both, cell["model_size"], "decode")
+    assert att["credited"] is False and att["text"].startswith("not credited: evidence run")
+    # a judgement without a phase (a mixed workload) stays whole
+    att = attribution("faster", ev, disp, _rungs_now()["amx"], cell["model_size"], None)
+    assert att["credited"] is False
 
 
 def test_shares_of_work_stand_beside_shares_of_calls():

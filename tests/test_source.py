@@ -6,6 +6,7 @@ import hashlib
 import io
 import subprocess
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -119,3 +120,118 @@ def test_pypi_wrong_sha256_is_named(tmp_path, monkeypatch):
 def test_unreachable_index_is_named():
     with pytest.raises(LadderError, match="package index http://127.0.0.1:9 unreachable"):
         source._pypi_sdist_url("http://127.0.0.1:9", "pkg", "1.0", "0" * 64)
+
+
+# --- patches: a rung's patched copy of a source ----------------------------------------------
+PATCHES = Path(__file__).resolve().parent / "fixtures" / "patches"
+GOOD = """--- a/src/k.c
++++ b/src/k.c
+@@ -1,3 +1,3 @@
+ int a;
+-int b;
++int b_patched;
+ int c;
+"""
+
+
+@pytest.fixture
+def tree(tmp_path):
+    root = tmp_path / "tree"
+    (root / "src").mkdir(parents=True)
+    (root / "CMakeLists.txt").write_text("project(fake)\n")
+    (root / "src" / "k.c").write_text("int a;\nint b;\nint c;\n")
+    return root
+
+
+def patch_file(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def fetch_patched(tmp_path, tree, patches):
+    base_spec = {"kind": "path", "path": str(tree)}
+    base_json = tmp_path / "base" / "source.json"
+    source.fetch(base_spec, tmp_path / "base", tmp_path / "dl", base_json)
+    spec = {**base_spec, "patches": source.resolve_patches(patches, "ladders.x.rungs[1]")}
+    out = tmp_path / "patched" / "source.json"
+    source.fetch(spec, tmp_path / "patched", tmp_path / "dl", out, base_json=base_json)
+    return spec, read_json(out)
+
+
+def test_a_patched_source_is_a_copy_with_the_patches_applied(tmp_path, tree):
+    p = patch_file(tmp_path, "rename-b.patch", GOOD)
+    spec, rec = fetch_patched(tmp_path, tree, [{"path": str(p)}])
+    assert rec["status"] == "ok" and rec["reason"] is None
+    root = Path(rec["root"])
+    assert (root / "src" / "k.c").read_text() == "int a;\nint b_patched;\nint c;\n"
+    assert (tree / "src" / "k.c").read_text() == "int a;\nint b;\nint c;\n"  # base untouched
+    sha = hashlib.sha256(GOOD.encode()).hexdigest()
+    assert rec["label"].endswith(f"+ 1 patch (rename-b, {sha[:12]})")
+    assert rec["identity"]["patches"] == [{"name": "rename-b", "sha256": sha}]
+    assert rec["source_id"] == source.source_id(spec) != source.source_id(source.base_of(spec))
+    assert rec["upstream_commit"] is None  # a patched tree is no upstream commit
+    assert rec["build_label"].startswith("src+p")
+
+
+def test_a_patch_that_does_not_apply_is_named_with_its_file_and_hunk(tmp_path, tree):
+    good = patch_file(tmp_path, "rename-b.patch", GOOD)
+    bad = patch_file(tmp_path, "other.patch", GOOD.replace("int a;", "int z;"))
+    _, rec = fetch_patched(tmp_path, tree, [{"path": str(good)}, {"path": str(bad)}])
+    assert rec["status"] == "failed"
+    assert rec["reason"].startswith("patch other (")
+    assert "rejected src/k.c hunk #1 (at line 1)" in rec["reason"], rec["reason"]
+    assert [p["returncode"] for p in rec["patches"]] == [0, 1]  # in order, the first applied
+
+
+def test_an_applied_patch_applied_again_is_named(tmp_path, tree):
+    p = patch_file(tmp_path, "rename-b.patch", GOOD)
+    again = patch_file(tmp_path, "again.patch", GOOD)
+    _, rec = fetch_patched(tmp_path, tree, [{"path": str(p)}, {"path": str(again)}])
+    assert rec["status"] == "failed" and "Reversed (or previously applied)" in rec["reason"]
+
+
+def test_patch_entries_name_their_fault(tmp_path):
+    p = patch_file(tmp_path, "x.patch", GOOD)
+    where = "ladders.x86_64.rungs[3]"
+    with pytest.raises(LadderError, match=r"rungs\[3\]\.patches\[0\]\.path: .*nope.patch"):
+        source.resolve_patches([{"path": str(tmp_path / "nope.patch")}], where)
+    with pytest.raises(LadderError, match=r"patches\[0\]\.sha256: .* pins 0000"):
+        source.resolve_patches([{"path": str(p), "sha256": "0" * 64}], where)
+    with pytest.raises(LadderError, match=r"patches\[0\]\.sha256: a patch fetched from a URL"):
+        source.resolve_patches([{"url": "https://example.org/x.patch"}], where)
+    with pytest.raises(LadderError, match="named alike"):
+        source.resolve_patches([{"path": str(p)}, {"path": str(p)}], where)
+    # editing the file is another source
+    a = source.resolve_patches([{"path": str(p)}], where)
+    p.write_text(GOOD + " ")
+    b = source.resolve_patches([{"path": str(p)}], where)
+    base = {"kind": "pypi", "package": "x", "version": "1", "sha256": "a" * 64}
+    assert source.source_id({**base, "patches": a}) != source.source_id({**base, "patches": b})
+    assert source.source_id(base) == source.source_id({**base, "patches": []})
+
+
+def test_shipped_patches_are_found_from_any_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    got = source.resolve_patches([{"path": "config/patches/amx-tile-config.patch"}], "r")
+    assert got[0]["name"] == "amx-tile-config" and len(got[0]["sha256"]) == 64
+
+
+def test_every_rejected_hunk_of_every_file_is_named(tmp_path, tree):
+    """Real GNU patch output: of three hunks in one file the 1st and 3rd fail (their context
+    is not there), the 2nd applies; a second file's hunk fails too."""
+    lines = [f"int v{i};" for i in range(40)]
+    (tree / "src" / "big.c").write_text("\n".join(lines) + "\n")
+    (tree / "src" / "k.c").write_text("int a;\nint q;\nint c;\n")
+
+    def hunk(at: int, old: str, new: str) -> str:
+        return (f"@@ -{at},3 +{at},3 @@\n {lines[at - 2]}\n-{old}\n+{new}\n {lines[at]}\n")
+    text = ("--- a/src/big.c\n+++ b/src/big.c\n" + hunk(3, "int nope;", "int x;")
+            + hunk(20, lines[19], "int twenty;") + hunk(35, "int nope;", "int y;")
+            + GOOD)
+    p = patch_file(tmp_path, "three.patch", text)
+    _, rec = fetch_patched(tmp_path, tree, [{"path": str(p)}])
+    assert rec["status"] == "failed"
+    assert "rejected src/big.c hunk #1 (at line 3), src/big.c hunk #3 (at line 35), " \
+           "src/k.c hunk #1 (at line 1)" in rec["reason"], rec["reason"]
+    assert "Hunk #2 succeeded" not in rec["reason"]

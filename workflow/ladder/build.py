@@ -22,11 +22,6 @@ from ladder.recipes import GGML_CPU_FLAGS_CMAKE, toolchain_file_path
 FORMAT = "ladder-build/1"
 
 
-def unbuilt_status(prov: Mapping[str, Any]) -> str:
-    """A job's status for a rung whose build did not give binaries."""
-    return "not_applicable" if prov.get("status") == "not_applicable" else "build_failed"
-
-
 def required_tools(generator: str, use_ccache: bool) -> list[str]:
     tools = ["cmake", os.environ.get("CC", "cc"), os.environ.get("CXX", "c++")]
     if generator == "Ninja":
@@ -62,7 +57,7 @@ def cmake_configure_argv(
     if build_commit:
         # A tree without .git reports "unknown"; pin what llama-bench's JSON says: the verified
         # commit, else the source's label ("src" + its id: never mistaken for a commit)
-        argv += [f"-DLLAMA_BUILD_COMMIT={build_commit[:7]}", "-DLLAMA_BUILD_NUMBER=0"]
+        argv += [f"-DLLAMA_BUILD_COMMIT={build_commit[:12]}", "-DLLAMA_BUILD_NUMBER=0"]
     return argv
 
 
@@ -220,6 +215,17 @@ def run_stages(record: dict[str, Any], stages: Sequence[tuple[str, list[str]]],
         record["bin_dir"] = str(bin_dir.resolve())
 
 
+def _unbuilt(provenance: str, log: str, status: str, reason: str, **fields: Any
+             ) -> dict[str, Any]:
+    """The provenance of a build that was not made: its status and reason, in its log too."""
+    record = {"format": FORMAT, **fields, "status": status, "reason": reason, "log": str(log),
+              "ran_on": host_brief()}
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    Path(log).write_text(f"not built: {reason}\n")
+    atomic_write_json(provenance, record)
+    return record
+
+
 def build(
     *, recipe: Mapping[str, Any], material: Mapping[str, Any], build_key: str, source_json: str,
     provenance: str, log: str, jobs: int, generator: str = "Ninja", ccache_dir: str | None = None,
@@ -232,14 +238,15 @@ def build(
     vendor_defines, unusable, vendor_records = check_records(list(vendor_json))
     vendor_info = [{k: r.get(k) for k in ("name", "kind", "identity", "status", "reason",
                                           "source_dir", "sha256_found")} for r in vendor_records]
+    source_info = {k: src.get(k) for k in ("source_id", "upstream_commit", "label", "root",
+                                           "patched_from_commit") if k in src}
+    if src.get("status") == "failed":  # a rung's patch that does not apply: named, not built
+        reason = f"source {src.get('label')}: {src.get('reason')}"
+        return _unbuilt(provenance, log, "failed", reason, build_key=build_key,
+                        material=dict(material), source=source_info, vendor=vendor_info)
     if unusable:
-        record = {"format": FORMAT, "build_key": build_key, "material": dict(material),
-                  "status": "not_applicable", "reason": unusable, "vendor": vendor_info,
-                  "log": str(log), "ran_on": host_brief()}
-        Path(log).parent.mkdir(parents=True, exist_ok=True)
-        Path(log).write_text(f"not built: {unusable}\n")
-        atomic_write_json(provenance, record)
-        return record
+        return _unbuilt(provenance, log, "not_applicable", unusable, build_key=build_key,
+                        material=dict(material), vendor=vendor_info)
     # the real path: cmake bakes the build dir into every binary's RUNPATH, and a build in a
     # shared resources_dir must run from every work dir, whatever link it was reached through
     out_dir = Path(provenance).resolve().parent
@@ -257,7 +264,7 @@ def build(
     compile_ = ["cmake", "--build", str(build_dir), "-j", str(jobs), "--target", *recipe["targets"]]
     record: dict[str, Any] = {
         "format": FORMAT, "build_key": build_key, "material": dict(material),
-        "source": {k: src.get(k) for k in ("source_id", "upstream_commit", "label", "root")},
+        "source": source_info,
         "configure_argv": configure, "build_argv": compile_, "jobs": jobs,
         "log": str(log), "status": "failed", "reason": None, "ran_on": host_brief(),
         "vendor": vendor_info,

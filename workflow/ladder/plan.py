@@ -22,7 +22,25 @@ from ladder.recipes import (
     rungs_from_config,
     select_ladder_name,
 )
-from ladder.source import source_id
+from ladder.source import base_of, source_id
+
+def recipe_source_id(recipe: Recipe, ladder_source_id: str) -> str:
+    spec = recipe.source_spec
+    return source_id(spec) if spec else ladder_source_id
+
+
+def all_sources(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every source a config names, by id: the ladder's, each rung's own, and the base each
+    patched one is patched onto (what a fetch_source job may be asked to make)."""
+    out = {source_id(config["source"]): dict(config["source"])}
+    for name in config["ladders"]:
+        for r in rungs_from_config(config, name):
+            spec = r.recipe.source_spec
+            if spec:
+                out[source_id(spec)] = spec
+                out[source_id(base_of(spec))] = base_of(spec)
+    return out
+
 
 def resolve_threads(values: list[Any], cores: int | None = None) -> list[int]:
     """Thread counts; 'all' is the host's CPU count (its facts; else this machine's)."""
@@ -79,7 +97,7 @@ class Plan:
         keys: dict[str, str] = {}
         recipes: dict[str, Recipe] = {}
         for r in rungs:
-            keys[r.name] = build_key(r.recipe, sid, facts)
+            keys[r.name] = build_key(r.recipe, recipe_source_id(r.recipe, sid), facts)
             recipes[keys[r.name]] = r.recipe
         qrecipe = quantizer_recipe(config, name)
         qkey = build_key(qrecipe, sid, facts)
@@ -137,7 +155,15 @@ class Plan:
         return self.recipes_by_key[key].as_dict()
 
     def material(self, key: str) -> dict[str, Any]:
-        return build_key_material(self.recipes_by_key[key], self.source_id, self.facts)
+        return build_key_material(self.recipes_by_key[key], self.build_source_id(key),
+                                  self.facts)
+
+    def build_source_id(self, key: str) -> str:
+        """The source a build is made from: its rung's own, else the ladder's."""
+        return recipe_source_id(self.recipes_by_key[key], self.source_id)
+
+    def rung_source_id(self, name: str) -> str:
+        return recipe_source_id(self.rung(name).recipe, self.source_id)
 
     def rung_summary(self, r: Rung, built_as: str | None = None) -> dict[str, Any]:
         """A rung's settings as every job and the report see them (``built_as``: the rung

@@ -19,6 +19,8 @@ from ladder import vendor
 from ladder.errors import LadderError
 from ladder.io import canonical_hash
 from ladder.machine import compiler_identity, host_arch, host_cpu_flags, native_target
+from ladder.markers import Marker
+from ladder.source import rung_source
 
 BUILD_KEY_VERSION = 2
 # Applies Recipe.cpu_cflags to the ggml-cpu target only (see the file's own comment).
@@ -28,27 +30,6 @@ GGML_CPU_FLAGS_CMAKE = Path(__file__).resolve().parent.parent / "cmake" / "ggml_
 @lru_cache(maxsize=None)
 def _cpu_flags_include() -> str:
     return hashlib.sha256(GGML_CPU_FLAGS_CMAKE.read_bytes()).hexdigest()[:16]
-
-
-@dataclass(frozen=True)
-class Marker:
-    """A piece of load-time evidence that must (or must not) be seen for a mechanism's claim."""
-
-    mechanism: str
-    buffer: str | None = None
-    feature: str | None = None
-    log: str | None = None
-    absent: bool = False
-
-    def describe(self) -> str:
-        what = (
-            f"weight buffer {self.buffer}"
-            if self.buffer
-            else f"compiled feature {self.feature}"
-            if self.feature
-            else f"log line containing {self.log!r}"
-        )
-        return ("no " if self.absent else "") + what
 
 
 @dataclass(frozen=True)
@@ -84,6 +65,13 @@ class Recipe:
     toolchain: str | None = None
     # FetchContent dependencies (name, identity) from vendor_sources: kind and hash, no path
     vendor: tuple[tuple[str, str], ...] = ()
+    # the rung's own llama.cpp source (JSON: another version, commit or tree, and its patches),
+    # None for the ladder's source; the build key holds its identity (build_key_material)
+    source: str | None = None
+
+    @property
+    def source_spec(self) -> dict[str, Any] | None:
+        return json.loads(self.source) if self.source else None
 
     @property
     def native(self) -> bool:
@@ -159,7 +147,14 @@ def _recipe(entry: Mapping[str, Any], build_cfg: Mapping[str, Any], where: str,
         build_type=str(build_cfg.get("build_type", "Release")),
         cpu_cflags=tuple(str(f) for f in entry.get("cpu_cflags", [])),
         vendor=_vendor(entry, config, where),
+        source=_source(entry, config, where),
     )
+
+
+def _source(entry: Mapping[str, Any], config: Mapping[str, Any] | None,
+            where: str) -> str | None:
+    spec = rung_source(config, entry, where) if config is not None else None
+    return json.dumps(spec, sort_keys=True) if spec else None
 
 
 def _runtime(entry: Mapping[str, Any]) -> Runtime:

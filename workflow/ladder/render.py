@@ -190,8 +190,10 @@ def headline_lines(doc: dict[str, Any], html_path: str | Path) -> list[str]:
             bits = [f"{s['rung']} over {s['base']}: {s['verdict']['text']}"]
             att = s.get("attribution") or {}
             if att.get("crashes"):
-                bits.append(f"THE RUNG {att['crashes']['status'].upper()}: "
-                            f"{att['crashes']['reason']}")
+                only = att["crashes"].get("phases")
+                bits.append(f"THE RUNG {att['crashes']['status'].upper()}"
+                            + (f" IN {' AND '.join(only).upper()} ONLY" if only else "")
+                            + f": {att['crashes']['reason']}")
             if att:
                 bits.append(att["text"])
             elif s.get("credit"):

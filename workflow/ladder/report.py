@@ -40,18 +40,51 @@ def rung_status(plan_rung: Mapping[str, Any], build: Mapping[str, Any] | None,
     for ev in evidence:
         if ev.get("rung") == name and ev.get("status") in {"crashed", "failed"}:
             problems.append((ev["status"], f"{ev.get('reason')} (evidence run, {ev.get('quant')})",
-                             ev.get("raw_log")))
+                             ev.get("raw_log"), None))
     for cell in cells:
         st = cell.get("rung_status", {}).get(name, {})
         if st.get("status") in {"crashed", "failed"}:
             problems.append((st["status"], f"{st.get('reason')} (llama-bench, {cell['quant']}/"
-                             f"{cell['workload']}/t{cell['threads']})", st.get("raw")))
+                             f"{cell['workload']}/t{cell['threads']})", st.get("raw"),
+                             workload_phase(cell.get("workload_spec") or {})))
     if problems:
-        status, reason, log = problems[0]
+        status, reason, log, _ = problems[0]
         more = f"; {len(problems) - 1} more" if len(problems) > 1 else ""
         return {"status": status, "reason": reason + more, "log": log, "measured_in": measured,
-                "problems": [{"status": p[0], "reason": p[1], "log": p[2]} for p in problems]}
+                "crashed_in": sorted({p[3] for p in problems if p[3]}),
+                "problems": [{"status": p[0], "reason": p[1], "log": p[2], "phase": p[3]}
+                             for p in problems]}
     return {"status": "ok", "reason": None, "log": build.get("log"), "measured_in": measured}
+
+
+def phase_credit(ev: Mapping[str, Any] | None, rung: Mapping[str, Any] | None,
+                 phase: str | None) -> dict[str, Any] | None:
+    """A rung that crashes in one phase and runs in another is judged per phase: in a phase
+    none of whose llama-bench cells crashed, while cells of another phase did, its evidence
+    run's crash is that other phase's (the evidence run loads, then runs a prompt and a few
+    tokens), and its markers, seen in the load log before the crash, count here. Returns the
+    phases it crashes in and the first crash's reason, or None (judged as a whole)."""
+    if not rung or rung.get("status") not in ("crashed", "failed") or phase is None:
+        return None
+    problems = rung.get("problems") or []
+    here = [p for p in problems if p.get("phase") == phase]
+    other = [p for p in problems if p.get("phase") and p["phase"] != phase]
+    claims = (ev or {}).get("claims") or []
+    if here or not other or not claims or any(c.get("missing") for c in claims):
+        return None
+    return {"phases": sorted({p["phase"] for p in other}), "reason": other[0]["reason"],
+            "log": other[0].get("log")}
+
+
+def own_source(build: Mapping[str, Any] | None, src: Mapping[str, Any]
+               ) -> dict[str, Any] | None:
+    """A rung's source when it is not the ladder's (another version, or patched): its id,
+    label and what it was patched from, from its build's record."""
+    own = (build or {}).get("source") or {}
+    if not own.get("source_id") or own.get("source_id") == src.get("source_id"):
+        return None
+    return {k: own.get(k) for k in ("source_id", "label", "upstream_commit",
+                                    "patched_from_commit")}
 
 
 def thread_reconciliation(cells: Sequence[Mapping[str, Any]], ladder: Sequence[str],
@@ -166,15 +199,20 @@ def weight_share(ev: Mapping[str, Any] | None, model_bytes: int | None) -> dict[
 
 
 def attribution(call: str, ev: Mapping[str, Any] | None, dispatch: Mapping[str, Any] | None,
-                rung: Mapping[str, Any] | None, model_bytes: int | None = None
-                ) -> dict[str, Any]:
+                rung: Mapping[str, Any] | None, model_bytes: int | None = None,
+                phase: str | None = None) -> dict[str, Any]:
     """Whether a step's gain is credited, and to which mechanisms: only when the evidence (the
     run ok, markers present), the ledger (the rung's kernel family dispatched) and the runs (no
     crash in any phase) agree. A rung that bundles several mechanisms (native ISA + repack +
     llamafile) credits the ones that engaged and names each one that did not, with its reason
     (no marker for this quant; the ledger saw its kernels fall back), instead of crediting
-    nothing. Names the kernel path that ran, and every crash beside the gain."""
+    nothing. Names the kernel path that ran, and every crash beside the gain. A rung that
+    crashes in another phase only is credited in this one and flagged (``phase_credit``)."""
+    elsewhere = phase_credit(ev, rung, phase)
     claims = (ev or {}).get("claims") or []
+    if elsewhere:  # markers seen at load; the run's crash belongs to the other phase
+        claims = [{**c, "credited": not c.get("missing"), "verdict": "credited"
+                   if not c.get("missing") else c["verdict"]} for c in claims]
     # "no_*" claims say a mechanism is absent: they prove what a rung is not, credit nothing,
     # and a refused one (e.g. AMX compiled in) means the rung is not what it says
     own = [c for c in claims if not c["mechanism"].startswith("no_")]
@@ -190,14 +228,17 @@ def attribution(call: str, ev: Mapping[str, Any] | None, dispatch: Mapping[str, 
     why: list[str] = []
     if not ev:
         why.append("no evidence run")
-    elif ev.get("status") != "ok":
+    elif ev.get("status") != "ok" and not elsewhere:
         why.append(f"evidence run {ev.get('status')}")
     why += [f"evidence: {c['mechanism']} {c['verdict']}" for c in claims
             if not c["credited"] and (c["mechanism"].startswith("no_") or not bundle)]
     if dispatch is not None and not dispatch.get("credited") and not bundle:
         why.append(f"ledger: {dispatch.get('text')}")
     crashes = None
-    if rung and rung.get("status") in ("crashed", "failed"):
+    if elsewhere:
+        crashes = {"status": rung["status"], "reason": elsewhere["reason"],  # type: ignore[index]
+                   "log": elsewhere["log"], "phases": elsewhere["phases"]}
+    elif rung and rung.get("status") in ("crashed", "failed"):
         crashes = {"status": rung["status"], "reason": rung.get("reason"), "log": rung.get("log")}
         why.append(f"the rung {rung['status']} elsewhere: {rung.get('reason')}")
     if not engaged and not why:
@@ -206,6 +247,9 @@ def attribution(call: str, ev: Mapping[str, Any] | None, dispatch: Mapping[str, 
     weights = weight_share(ev, model_bytes)
     credited = not why and bool(engaged)
     notes = [f"ran: {path}"] if path else []
+    if elsewhere:
+        notes.append(f"in {phase} only: it crashes in {' and '.join(elsewhere['phases'])} "
+                     f"({elsewhere['reason']})")
     if weights:
         notes.append(f"extra buffers hold {weights['text']}")
     if len(engaged) > 1:
@@ -416,7 +460,7 @@ def annotate_steps(cells: Sequence[dict[str, Any]], *, plan: Mapping[str, Any],
             step["kernels"] = kernel_flag(kt, plan_twin(plan, step["rung"]))
             step["attribution"] = attribution(
                 step["verdict"]["call"], ev, step["dispatch"], rung_by_name.get(step["rung"]),
-                cell.get("model_size"))
+                cell.get("model_size"), phase)
 
 
 def provenance_section(*, src: Mapping[str, Any], host_doc: Mapping[str, Any],
@@ -478,6 +522,7 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
     for pr in plan["rungs"]:
         b = build_docs.get(pr["build_key"])
         rungs.append({**pr, **rung_status(pr, b, ev_docs, cells),
+                      "source": own_source(b, src),
                       "build": {k: (b or {}).get(k) for k in
                                 ("status", "reason", "log", "configure_wall_s", "build_wall_s",
                                  "ccache", "material")} if b else None})

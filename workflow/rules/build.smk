@@ -2,7 +2,7 @@
 # (its key holds that CPU's -march=native expansion), a generic one once per arch and compiler.
 rule build:
     input:
-        source=source_json,
+        source=build_source_json,
         builder=builder_known,
         vendor=build_vendor,
     output:

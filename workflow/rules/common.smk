@@ -11,7 +11,8 @@ from ladder.hosts import check_facts
 from ladder.io import read_json
 from ladder.config import start_up
 from ladder.codeid import code_hash
-from ladder.plan import Plan
+from ladder.plan import Plan, all_sources
+from ladder.source import base_of, source_id
 from ladder.sections import SECTIONS
 from ladder.experiments import BENCH_EXPERIMENTS
 from ladder.vendor import vendor_id
@@ -251,6 +252,37 @@ def host_mem(default):
 # --- paths -----------------------------------------------------------------------------------
 def source_json(wildcards=None):
     return f"{R}/sources/{Plan.source_id_of(config)}/source.json"
+
+
+def build_source_json(wildcards):
+    """The source a build is made from: its rung's own (another version, or patched), else
+    the ladder's."""
+    sid = host_plan(build_host(wildcards.build_key)).build_source_id(
+        wildcards.build_key
+    )
+    return f"{R}/sources/{sid}/source.json"
+
+
+_SOURCES = {}
+
+
+def source_spec(wildcards):
+    """The source spec a fetch_source job makes (the ladder's, or a rung's own)."""
+    if not _SOURCES:
+        _SOURCES.update(all_sources(config))
+    if wildcards.source_id not in _SOURCES:
+        raise LadderError(
+            f"source {wildcards.source_id} is not one the config names now (stale target?)"
+        )
+    return _SOURCES[wildcards.source_id]
+
+
+def source_base(wildcards):
+    """A patched source's base: its record is the fetch_source job's input."""
+    spec = source_spec(wildcards)
+    if not spec.get("patches"):
+        return []
+    return [f"{R}/sources/{source_id(base_of(spec))}/source.json"]
 
 
 def provenance(build_key):

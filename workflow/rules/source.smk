@@ -1,4 +1,8 @@
+# The ladder's source, a rung's own (another version, commit or tree), or a rung's patched
+# copy of one (its base's record is the input; a patch that does not apply is recorded).
 rule fetch_source:
+    input:
+        base=source_base,
     output:
         json=f"{R}/sources/{{source_id}}/source.json",
     log:
@@ -8,7 +12,7 @@ rule fetch_source:
     resources:
         runtime=30,
     params:
-        source=config["source"],
+        source=source_spec,
         downloads=f"{R}/downloads",
     script:
         "../../scripts/fetch_source.py"
