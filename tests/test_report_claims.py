@@ -60,6 +60,16 @@ def test_a_rung_crashing_in_prefill_is_credited_in_decode_and_flagged():
     assert "in decode only: it crashes in prefill (killed by SIGILL (llama-bench, q4_0/pp128" \
         in att["text"], att["text"]
     assert att["crashes"]["phases"] == ["prefill"]
+    # another quant's card names that quant's own crash: the fixture run's rung record (its
+    # cells of every quant), each crash given the phase and quant of the cell it names
+    stored = next(r for r in DOC["rungs"] if r["name"] == "amx")
+    problems = [{**p, "phase": "prefill" if "llama-bench" in p["reason"] else None,
+                 "quant": p["reason"].rsplit(", ", 1)[-1].split("/")[0].rstrip(")")}
+                for p in stored["problems"]]
+    problems.sort(key=lambda p: p["quant"] != "q8_0")  # another quant's crash listed first
+    att = attribution("faster", DOC["evidence"]["q4_0"]["amx"], disp,
+                      {**stored, "problems": problems}, cell["model_size"], "decode")
+    assert "(llama-bench, q4_0/pp128/t2)" in att["crashes"]["reason"], att["crashes"]
     assert "more than the 224 MiB of weights" in att["text"]  # never "109 %" of the weights
 
 

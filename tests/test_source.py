@@ -209,6 +209,9 @@ def test_patch_entries_name_their_fault(tmp_path):
     base = {"kind": "pypi", "package": "x", "version": "1", "sha256": "a" * 64}
     assert source.source_id({**base, "patches": a}) != source.source_id({**base, "patches": b})
     assert source.source_id(base) == source.source_id({**base, "patches": []})
+    # another strip level applies the same file elsewhere: another source
+    c = source.resolve_patches([{"path": str(p), "strip": 0}], where)
+    assert source.source_id({**base, "patches": c}) != source.source_id({**base, "patches": b})
 
 
 def test_shipped_patches_are_found_from_any_working_directory(tmp_path, monkeypatch):

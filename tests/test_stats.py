@@ -220,7 +220,15 @@ def test_refuses_to_combine_disagreeing_metadata():
     with pytest.raises(LadderError, match="disagree on thp"):
         stats.check_combinable(doc)
     doc["samples"] = [sample("a", 0, 1.0), sample("a", 1, 1.0, build_key="other")]
-    with pytest.raises(LadderError, match="rung a has samples from builds"):
+    with pytest.raises(LadderError, match="rung a has samples that disagree on build_key"):
+        stats.check_combinable(doc)
+    # a rung built from another (patched) source has its own build_commit: combinable, as long
+    # as each rung's samples agree (found 2026-12-05: the amx_patched run refused every cell)
+    doc["samples"] = [sample("a", 0, 1.0, build_commit="0c1e570"),
+                      sample("b", 0, 1.0, build_commit="0c1e570+p86d")]
+    stats.check_combinable(doc)
+    doc["samples"].append(sample("b", 1, 1.0, build_commit="0c1e570"))
+    with pytest.raises(LadderError, match="rung b has samples that disagree on build_commit"):
         stats.check_combinable(doc)
 
 

@@ -40,30 +40,31 @@ def rung_status(plan_rung: Mapping[str, Any], build: Mapping[str, Any] | None,
     for ev in evidence:
         if ev.get("rung") == name and ev.get("status") in {"crashed", "failed"}:
             problems.append((ev["status"], f"{ev.get('reason')} (evidence run, {ev.get('quant')})",
-                             ev.get("raw_log"), None))
+                             ev.get("raw_log"), None, ev.get("quant")))
     for cell in cells:
         st = cell.get("rung_status", {}).get(name, {})
         if st.get("status") in {"crashed", "failed"}:
             problems.append((st["status"], f"{st.get('reason')} (llama-bench, {cell['quant']}/"
                              f"{cell['workload']}/t{cell['threads']})", st.get("raw"),
-                             workload_phase(cell.get("workload_spec") or {})))
+                             workload_phase(cell.get("workload_spec") or {}), cell["quant"]))
     if problems:
-        status, reason, log, _ = problems[0]
+        status, reason, log, _, _ = problems[0]
         more = f"; {len(problems) - 1} more" if len(problems) > 1 else ""
         return {"status": status, "reason": reason + more, "log": log, "measured_in": measured,
                 "crashed_in": sorted({p[3] for p in problems if p[3]}),
-                "problems": [{"status": p[0], "reason": p[1], "log": p[2], "phase": p[3]}
-                             for p in problems]}
+                "problems": [{"status": p[0], "reason": p[1], "log": p[2], "phase": p[3],
+                              "quant": p[4]} for p in problems]}
     return {"status": "ok", "reason": None, "log": build.get("log"), "measured_in": measured}
 
 
 def phase_credit(ev: Mapping[str, Any] | None, rung: Mapping[str, Any] | None,
-                 phase: str | None) -> dict[str, Any] | None:
+                 phase: str | None, quant: str | None = None) -> dict[str, Any] | None:
     """A rung that crashes in one phase and runs in another is judged per phase: in a phase
     none of whose llama-bench cells crashed, while cells of another phase did, its evidence
     run's crash is that other phase's (the evidence run loads, then runs a prompt and a few
     tokens), and its markers, seen in the load log before the crash, count here. Returns the
-    phases it crashes in and the first crash's reason, or None (judged as a whole)."""
+    phases it crashes in and the first crash's reason (of this quant when it has one), or None
+    (judged as a whole)."""
     if not rung or rung.get("status") not in ("crashed", "failed") or phase is None:
         return None
     problems = rung.get("problems") or []
@@ -72,8 +73,9 @@ def phase_credit(ev: Mapping[str, Any] | None, rung: Mapping[str, Any] | None,
     claims = (ev or {}).get("claims") or []
     if here or not other or not claims or any(c.get("missing") for c in claims):
         return None
-    return {"phases": sorted({p["phase"] for p in other}), "reason": other[0]["reason"],
-            "log": other[0].get("log")}
+    first = next((p for p in other if p.get("quant") == quant), other[0])
+    return {"phases": sorted({p["phase"] for p in other}), "reason": first["reason"],
+            "log": first.get("log")}
 
 
 def own_source(build: Mapping[str, Any] | None, src: Mapping[str, Any]
@@ -208,7 +210,7 @@ def attribution(call: str, ev: Mapping[str, Any] | None, dispatch: Mapping[str, 
     (no marker for this quant; the ledger saw its kernels fall back), instead of crediting
     nothing. Names the kernel path that ran, and every crash beside the gain. A rung that
     crashes in another phase only is credited in this one and flagged (``phase_credit``)."""
-    elsewhere = phase_credit(ev, rung, phase)
+    elsewhere = phase_credit(ev, rung, phase, (ev or {}).get("quant"))
     claims = (ev or {}).get("claims") or []
     if elsewhere:  # markers seen at load; the run's crash belongs to the other phase
         claims = [{**c, "credited": not c.get("missing"), "verdict": "credited"

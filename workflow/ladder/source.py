@@ -70,7 +70,9 @@ def source_identity(source: Mapping[str, Any]) -> dict[str, Any]:
     patches = source.get("patches") or []
     if not patches:
         return base
-    return {**base, "patches": [{"name": p["name"], "sha256": p["sha256"]} for p in patches]}
+    return {**base, "patches": [{"name": p["name"], "sha256": p["sha256"],
+                                 **({"strip": p["strip"]} if p.get("strip", 1) != 1 else {})}
+                                for p in patches]}
 
 
 def source_id(source: Mapping[str, Any]) -> str:

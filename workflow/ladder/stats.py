@@ -287,21 +287,26 @@ def outlier_flags(values: Sequence[float]) -> list[bool]:
 
 
 def check_combinable(doc: Mapping[str, Any]) -> None:
-    """Refuse to combine samples whose metadata disagree (pyperf's rule)."""
+    """Refuse to combine samples whose metadata disagree (pyperf's rule): the cell's (host,
+    workload, threads, model) across all its samples, each rung's build across its own (rungs
+    may be built from different sources: a patched or another version's rung says so in its
+    build_commit)."""
     samples = doc["samples"]
     where = f"bench {doc['quant']}/{doc['workload']}/t{doc['threads']}"
     for key in ("hostname", "arch", "identity", "thp", "n_threads", "n_prompt", "n_gen",
-                "n_depth", "build_commit", "model_size", "cpus"):
+                "n_depth", "model_size", "cpus"):
         values = {s.get(key) for s in samples}
         if len(values) > 1:
             raise LadderError(f"{where}: samples disagree on {key} ({sorted(map(str, values))}); "
                               "refusing to combine them")
-    keys: dict[str, set[str]] = defaultdict(set)
-    for s in samples:
-        keys[s["rung"]].add(s["build_key"])
-    for rung, ks in keys.items():
-        if len(ks) > 1:
-            raise LadderError(f"{where}: rung {rung} has samples from builds {sorted(ks)}")
+    for key in ("build_key", "build_commit"):
+        per_rung: dict[str, set[str]] = defaultdict(set)
+        for s in samples:
+            per_rung[s["rung"]].add(str(s.get(key)))
+        for rung, values in per_rung.items():
+            if len(values) > 1:
+                raise LadderError(f"{where}: rung {rung} has samples that disagree on {key} "
+                                  f"({sorted(values)}); refusing to combine them")
 
 
 def rung_summary(samples: Sequence[Mapping[str, Any]], rung: str, confidence: float,
