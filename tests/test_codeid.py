@@ -83,6 +83,21 @@ def test_a_measurement_never_reaches_the_analysis():
     assert "protocol" in codeid.code_modules("report")  # the analysis reads the same protocol
 
 
+PREPARING = {"build", "recipes", "source", "vendor", "emulation", "plan", "config"}
+
+
+def test_a_measurement_never_reaches_the_build_code():
+    """A rung's build record is the measuring jobs' input, its code is not: an edit to how
+    builds, sources (patches) or the emulated lane are made rebuilds what changed and
+    re-measures nothing else (the bench rule reached 15 modules through one 3-line function,
+    build.unbuilt_status, until 2026-12-05). The evidence rule reads the launcher of the
+    emulated lane (its crash note), nothing else of it."""
+    for script in (*MEASURING, "evidence", "quality"):
+        mods = set(codeid.code_modules(script))
+        allowed = {"emulation"} if script == "evidence" else set()
+        assert not mods & (PREPARING - allowed), (script, sorted(mods & PREPARING))
+
+
 def test_a_changed_statistic_reruns_the_analysis_not_the_measurement(tree):
     before = {s: codeid.code_hash(s) for s in ("report", *MEASURING)}
     stats = tree / "stats.py"

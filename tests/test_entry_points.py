@@ -77,3 +77,20 @@ def test_one_emulated_dispatch_file_alone_plans_in_a_fresh_dir(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     counts = job_counts(res)
     assert (counts["host_facts"], counts["dispatch"], counts["total"]) == (1, 1, 2), counts
+
+
+def test_the_shipped_patched_rung_plans_in_a_fresh_dir(tmp_path):
+    """config/amx_patched.yaml (README "Patches and versions as rungs"): its patch is found from
+    any work dir (in the ladder checkout); the patched copy of the source is one more
+    fetch_source job; on a host with AMX its rung is one more build, not applicable elsewhere."""
+    res = dry(fresh(tmp_path), "--configfile", str(ROOT / "config" / "config.yaml"),
+              str(ROOT / "config" / "amx_patched.yaml"), "--",
+              "results/hosts/local/rungs/amx_patched.json")
+    assert res.returncode == 0, res.stderr[-3000:]
+    counts = job_counts(res)
+    flags = Path("/proc/cpuinfo").read_text()
+    if " amx_tile" in flags and " amx_int8" in flags:
+        # the patched rung and the quantizer (the card asks for its evidence on every quant)
+        assert counts["fetch_source"] == 2 and counts["build"] == 2, counts
+    else:
+        assert "build" not in counts, counts

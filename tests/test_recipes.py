@@ -115,3 +115,33 @@ def test_control_twin_must_exist(default_config):
     default_config["ladders"]["x86_64"]["control"]["twin"] = "natve_repack"
     with pytest.raises(LadderError, match="control.twin: 'natve_repack' is not a rung"):
         rungs_from_config(default_config, "x86_64")
+
+
+def test_a_rung_on_another_source_is_another_build_on_the_same_recipe(default_config):
+    """Issue 41: a rung may pin its own source (here a git commit) or carry patches; its build
+    key holds that source's identity, the other rungs keep theirs, and the plan lists every
+    source a fetch_source job may be asked for (a patched one's base too)."""
+    from ladder.plan import Plan, all_sources, recipe_source_id
+    from ladder.source import source_id
+
+    ladder = default_config["ladders"]["x86_64"]["rungs"]
+    native = next(r for r in ladder if r["name"] == "native_repack")
+    before = {r.name: r for r in rungs_from_config(default_config, "x86_64")}
+    commit = "1" * 40
+    ladder.append({**native, "name": "release_b",
+                   "source": {"kind": "git", "url": "/srv/llama.cpp", "commit": commit}})
+    ladder.append({**native, "name": "patched",
+                   "patches": [{"path": "config/patches/amx-tile-config.patch"}]})
+    rungs = {r.name: r for r in rungs_from_config(default_config, "x86_64")}
+    main = Plan.source_id_of(default_config)
+    sids = {n: recipe_source_id(r.recipe, main) for n, r in rungs.items()}
+    assert sids["native_repack"] == sids["floor"] == main
+    assert len({main, sids["release_b"], sids["patched"]}) == 3
+    assert rungs["native_repack"].recipe == before["native_repack"].recipe  # keys unchanged
+    keys = {n: build_key(r.recipe, sids[n]) for n, r in rungs.items()}
+    assert len({keys["native_repack"], keys["release_b"], keys["patched"]}) == 3
+    assert rungs["release_b"].recipe.as_dict() == rungs["native_repack"].recipe.as_dict()
+    every = all_sources(default_config)
+    assert set(every) == {main, sids["release_b"], sids["patched"]}
+    assert every[sids["release_b"]]["commit"] == commit
+    assert source_id(every[sids["patched"]]) == sids["patched"]
