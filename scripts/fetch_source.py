@@ -8,7 +8,7 @@ from ladder.adapter import run_step
 from ladder.source import fetch
 
 out = Path(snakemake.output.json)
-base = list(snakemake.input.base) if hasattr(snakemake.input, "base") else []
+base = list(snakemake.input.base)  # a patched source's base record; none otherwise
 run_step(snakemake, lambda: fetch(snakemake.params.source, workdir=out.parent,
                                   downloads=Path(snakemake.params.downloads), out_json=out,
                                   base_json=Path(base[0]) if base else None))

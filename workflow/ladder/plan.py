@@ -162,9 +162,6 @@ class Plan:
         """The source a build is made from: its rung's own, else the ladder's."""
         return recipe_source_id(self.recipes_by_key[key], self.source_id)
 
-    def rung_source_id(self, name: str) -> str:
-        return recipe_source_id(self.rung(name).recipe, self.source_id)
-
     def rung_summary(self, r: Rung, built_as: str | None = None) -> dict[str, Any]:
         """A rung's settings as every job and the report see them (``built_as``: the rung
         whose binary a runtime variant or second label uses)."""

@@ -36,24 +36,26 @@ def rung_status(plan_rung: Mapping[str, Any], build: Mapping[str, Any] | None,
     if build.get("status") != "ok":
         return {"status": "build_failed", "reason": build.get("reason"), "log": build.get("log"),
                 "measured_in": []}
-    problems = []
+    problems = []  # each with the phase of the cells it happened in (None: the evidence run)
     for ev in evidence:
         if ev.get("rung") == name and ev.get("status") in {"crashed", "failed"}:
-            problems.append((ev["status"], f"{ev.get('reason')} (evidence run, {ev.get('quant')})",
-                             ev.get("raw_log"), None, ev.get("quant")))
+            problems.append({"status": ev["status"], "reason": f"{ev.get('reason')} (evidence "
+                             f"run, {ev.get('quant')})", "log": ev.get("raw_log"),
+                             "phase": None, "quant": ev.get("quant")})
     for cell in cells:
         st = cell.get("rung_status", {}).get(name, {})
         if st.get("status") in {"crashed", "failed"}:
-            problems.append((st["status"], f"{st.get('reason')} (llama-bench, {cell['quant']}/"
-                             f"{cell['workload']}/t{cell['threads']})", st.get("raw"),
-                             workload_phase(cell.get("workload_spec") or {}), cell["quant"]))
+            problems.append({"status": st["status"], "reason": f"{st.get('reason')} (llama-bench,"
+                             f" {cell['quant']}/{cell['workload']}/t{cell['threads']})",
+                             "log": st.get("raw"),
+                             "phase": workload_phase(cell.get("workload_spec") or {}),
+                             "quant": cell["quant"]})
     if problems:
-        status, reason, log, _, _ = problems[0]
         more = f"; {len(problems) - 1} more" if len(problems) > 1 else ""
-        return {"status": status, "reason": reason + more, "log": log, "measured_in": measured,
-                "crashed_in": sorted({p[3] for p in problems if p[3]}),
-                "problems": [{"status": p[0], "reason": p[1], "log": p[2], "phase": p[3],
-                              "quant": p[4]} for p in problems]}
+        return {"status": problems[0]["status"], "reason": problems[0]["reason"] + more,
+                "log": problems[0]["log"], "measured_in": measured,
+                "crashed_in": sorted({p["phase"] for p in problems if p["phase"]}),
+                "problems": problems}
     return {"status": "ok", "reason": None, "log": build.get("log"), "measured_in": measured}
 
 
@@ -63,8 +65,8 @@ def phase_credit(ev: Mapping[str, Any] | None, rung: Mapping[str, Any] | None,
     none of whose llama-bench cells crashed, while cells of another phase did, its evidence
     run's crash is that other phase's (the evidence run loads, then runs a prompt and a few
     tokens), and its markers, seen in the load log before the crash, count here. Returns the
-    phases it crashes in and the first crash's reason (of this quant when it has one), or None
-    (judged as a whole)."""
+    crash to flag beside the credit (the phases it crashes in, and the first crash of this
+    quant when it has one), or None (judged as a whole)."""
     if not rung or rung.get("status") not in ("crashed", "failed") or phase is None:
         return None
     problems = rung.get("problems") or []
@@ -74,8 +76,8 @@ def phase_credit(ev: Mapping[str, Any] | None, rung: Mapping[str, Any] | None,
     if here or not other or not claims or any(c.get("missing") for c in claims):
         return None
     first = next((p for p in other if p.get("quant") == quant), other[0])
-    return {"phases": sorted({p["phase"] for p in other}), "reason": first["reason"],
-            "log": first.get("log")}
+    return {"status": rung["status"], "reason": first["reason"], "log": first.get("log"),
+            "phases": sorted({p["phase"] for p in other})}
 
 
 def own_source(build: Mapping[str, Any] | None, src: Mapping[str, Any]
@@ -212,9 +214,8 @@ def attribution(call: str, ev: Mapping[str, Any] | None, dispatch: Mapping[str, 
     crashes in another phase only is credited in this one and flagged (``phase_credit``)."""
     elsewhere = phase_credit(ev, rung, phase, (ev or {}).get("quant"))
     claims = (ev or {}).get("claims") or []
-    if elsewhere:  # markers seen at load; the run's crash belongs to the other phase
-        claims = [{**c, "credited": not c.get("missing"), "verdict": "credited"
-                   if not c.get("missing") else c["verdict"]} for c in claims]
+    if elsewhere:  # every marker seen at load; the run's crash belongs to the other phase
+        claims = [{**c, "credited": True, "verdict": "credited"} for c in claims]
     # "no_*" claims say a mechanism is absent: they prove what a rung is not, credit nothing,
     # and a refused one (e.g. AMX compiled in) means the rung is not what it says
     own = [c for c in claims if not c["mechanism"].startswith("no_")]
@@ -236,11 +237,8 @@ def attribution(call: str, ev: Mapping[str, Any] | None, dispatch: Mapping[str, 
             if not c["credited"] and (c["mechanism"].startswith("no_") or not bundle)]
     if dispatch is not None and not dispatch.get("credited") and not bundle:
         why.append(f"ledger: {dispatch.get('text')}")
-    crashes = None
-    if elsewhere:
-        crashes = {"status": rung["status"], "reason": elsewhere["reason"],  # type: ignore[index]
-                   "log": elsewhere["log"], "phases": elsewhere["phases"]}
-    elif rung and rung.get("status") in ("crashed", "failed"):
+    crashes = elsewhere
+    if not elsewhere and rung and rung.get("status") in ("crashed", "failed"):
         crashes = {"status": rung["status"], "reason": rung.get("reason"), "log": rung.get("log")}
         why.append(f"the rung {rung['status']} elsewhere: {rung.get('reason')}")
     if not engaged and not why:

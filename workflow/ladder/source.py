@@ -318,7 +318,7 @@ def fetch_patched(source: Mapping[str, Any], base_json: Path, workdir: Path, dow
     fails by name and the rest of the ladder still reports."""
     base = json.loads(Path(base_json).read_text())
     identity = source_identity(source)
-    sid = canonical_hash(identity, 16)
+    sid = source_id(source)
     if base.get("source_id") != source_id(base_of(source)):
         raise LadderError(f"source {sid}: its base record {base_json} is not the base it "
                           "names (stale target?)")
