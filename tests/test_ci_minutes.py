@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ladder.build import ccache_env, ccache_location, ccache_summary
+from ladder.build import (ccache_counters, ccache_delta, ccache_env, ccache_hits,
+                          ccache_location, ccache_summary)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -118,3 +119,33 @@ def test_the_cache_table_reads_a_real_cache(tmp_path):
     [row] = m.ccache_stats(home)
     assert (row["cache"], row["hits"], row["misses"], row["rate"]) == ("x86_64-test", 1, 1, 0.5)
     assert "| x86_64-test | 1 | 1 | 50 % |" in m.render([], [], [row])
+
+
+@pytest.mark.skipif(shutil.which("ccache") is None or shutil.which("cc") is None,
+                    reason="ccache or cc missing")
+def test_two_sources_share_the_objects_of_their_unchanged_files(tmp_path):
+    """Each build mirrors its tree beside its build dir (hard links) and names its own folder
+    ccache's base dir: two sources that differ in one file compile only that file again, from
+    anywhere (a patched tree, another commit, a bisection's probe)."""
+    from ladder.build import build_tree
+
+    cache = tmp_path / "cache"
+    for name, body in (("a", "2"), ("b", "3")):
+        src = tmp_path / "sources" / name / "tree"
+        (src / ".git").mkdir(parents=True)
+        (src / "same.c").write_text('#include "h.h"\nint f(int x) { return x * K; }\n')
+        (src / "h.h").write_text("#define K 7\n")
+        (src / "differs.c").write_text(f"int g(int x) {{ return x + {body}; }}\n")
+    stats = []
+    for name in ("a", "b"):
+        out = tmp_path / "builds" / name
+        tree = build_tree(tmp_path / "sources" / name / "tree", out / "src")
+        assert not (tree / ".git").exists() and (tree / "h.h").stat().st_nlink == 2  # linked
+        (out / "build").mkdir()
+        env = {**os.environ, **ccache_env(str(cache), str(out))}
+        subprocess.run(["ccache", "--zero-stats"], env=env, check=True, capture_output=True)
+        for f in ("same.c", "differs.c"):
+            subprocess.run(["ccache", "cc", "-O2", f"-I{tree}", "-c", str(tree / f), "-o",
+                            f"{f}.o"], cwd=out / "build", env=env, check=True)
+        stats.append(ccache_hits(ccache_delta({}, ccache_counters(env))))
+    assert stats == [(0, 2), (1, 1)], stats

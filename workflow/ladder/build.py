@@ -226,6 +226,23 @@ def _unbuilt(provenance: str, log: str, status: str, reason: str, **fields: Any
     return record
 
 
+def build_tree(root: Path, dest: Path) -> Path:
+    """``root`` mirrored at ``dest`` by hard links (a copy across file systems); an existing
+    mirror is replaced (a source is immutable: its id names its content)."""
+    if dest.exists():
+        shutil.rmtree(dest)
+
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(root, dest, symlinks=True, copy_function=link,
+                    ignore=shutil.ignore_patterns(".git"))
+    return dest
+
+
 def build(
     *, recipe: Mapping[str, Any], material: Mapping[str, Any], build_key: str, source_json: str,
     provenance: str, log: str, jobs: int, generator: str = "Ninja", ccache_dir: str | None = None,
@@ -256,8 +273,13 @@ def build(
     if missing:
         raise LadderError(f"build tools missing on PATH: {', '.join(missing)} "
                           "(apt-get install cmake ninja-build g++ ccache)")
-    env = ccache_env(ccache_dir, ccache_basedir)
-    configure = cmake_configure_argv(src["root"], str(build_dir), recipe, generator, use_ccache,
+    # the tree beside its build dir (hard links: no copy): the compiler then sees the same
+    # relative paths (../src/...) in every build, so ccache (base dir: this build's folder)
+    # reuses each object whose file is unchanged across sources: a patched tree, another
+    # commit, a bisection's probe compile only what differs
+    tree = build_tree(Path(src["root"]), out_dir / "src") if use_ccache else Path(src["root"])
+    env = ccache_env(ccache_dir, str(out_dir) if use_ccache else ccache_basedir)
+    configure = cmake_configure_argv(str(tree), str(build_dir), recipe, generator, use_ccache,
                                      src.get("build_label") or src.get("upstream_commit"))
     # a local vendor copy (checked by its job) instead of ggml's download
     configure += [f"-D{k}={v}" for k, v in sorted(vendor_defines.items())]
