@@ -123,7 +123,7 @@ def _locked_build(build_dir: Path, stages: list[tuple[str, list[str]]], env: Map
 
 
 def run_suite(*, rung: Mapping[str, Any], provenance: str, resources_dir: str, out_json: str,
-              raw_dir: str, log: str, jobs: int, timeout_s: float,
+              raw_dir: str, log: str, jobs: int, timeout_s: float, shards: int | None = None,
               ccache_dir: str | None) -> dict[str, Any]:
     """Build the test binaries of the micro-kernels the rung's llama.cpp uses from the rung's own
     vendor source, run each whole under the rung's launcher, and write the record."""
@@ -181,8 +181,9 @@ def run_suite(*, rung: Mapping[str, Any], provenance: str, resources_dir: str, o
                     "ccache": ccache_delta(before, after) if env else None}
     if built["status"] != "ok":
         return done("build_failed", built["reason"])
-    # each binary in ``jobs`` googletest shards, every shard its own (single-threaded) process
-    shards = max(1, int(jobs))
+    # each binary in ``shards`` googletest shards (default ``jobs``), every shard its own
+    # (single-threaded) process
+    shards = max(1, int(shards or jobs))
     runs = [(t, i) for t in sorted(targets) for i in range(shards)]
 
     def one(target: str, i: int) -> tuple[list[str], Any, Path]:

@@ -53,9 +53,12 @@ rule vendor_tests:
         raw=directory(paths.beside("vendor_tests", ".raw")),
     log:
         "logs/{host}/kernels/{rung}.vendor.log",
+    # an emulated host's suite (one core, one googletest shard) starts with the first jobs: it
+    # ran last, on both cores, while the last quality job left one idle (CI, 2026-12-06: 3.7 min)
+    priority: 2
     conda:
         "../../envs/ladder.yaml"
-    threads: host_threads
+    threads: run_threads
     resources:
         **host_resources(mem_mb=4000, runtime=60),
     params:
