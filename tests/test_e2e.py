@@ -347,6 +347,82 @@ def test_a_rung_carries_patches(run_dir, tmp_path):
     assert counts.get("evidence") == 1 and "quantize" not in counts, counts
 
 
+def slow_history(tmp_path: Path) -> Path:
+    """A local git repository (a stand-in for the git path): the default source's tree, then a
+    README line, then the commit that really slows a kernel path (every mul_mat chunk's dot
+    products computed three times: the floor's path), then a note in the docs."""
+    base = next(Path(d["root"]) for d in (json.loads(p.read_text()) for p in
+                                          (shared_resources() / "sources").glob("*/source.json"))
+                if d.get("status", "ok") == "ok" and d["identity"]["kind"] == "pypi"
+                and not d["identity"].get("patches"))
+    repo = tmp_path / "repo"
+    subprocess.run(["cp", "-r", str(base), str(repo)], check=True)
+    subprocess.run(["rm", "-rf", str(repo / ".git")], check=True)  # the sdist's submodule link
+
+    def commit(message: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam",
+                        message], cwd=repo, check=True)
+
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    commit("the base: llama.cpp 0c1e570 as vendored by llama-cpp-python 0.3.36")
+    with open(repo / "README.md", "a") as f:
+        f.write("a line\n")
+    commit("docs: a line in the README")
+    mm = repo / "ggml" / "src" / "ggml-cpu" / "ggml-cpu.c"
+    loop = ("                for (int64_t ir0 = iir0; ir0 < iir0 + blck_0 && ir0 < ir0_end; "
+            "ir0 += num_rows_per_vec_dot) {\n                    vec_dot(")
+    text = mm.read_text()
+    assert text.count(loop) == 1
+    mm.write_text(text.replace(loop, "                for (int rep = 0; rep < 3; ++rep)\n"
+                                     + loop))
+    commit("ggml-cpu: compute each mul_mat chunk's dot products three times")
+    with open(repo / "docs" / "build.md", "a") as f:
+        f.write("a note\n")
+    commit("docs: a note on building")
+    return repo
+
+
+def test_bisect_finds_the_slow_commit(run_dir, tmp_path):
+    """Issue 41, item 5: ``ladder bisect`` over a 4-commit history on the floor's recipe, one
+    cell (Q4_0 pp16 at 2 threads): the ends, then two probes, each built (ccache compiles only
+    what the commit changed) and measured interleaved with both ends, placed by the ladder's
+    own verdicts; the slow commit is named with its interval. Run again, nothing is built or
+    measured: every step is content-addressed."""
+    repo = slow_history(tmp_path)
+    shas = subprocess.run(["git", "rev-list", "--reverse", "HEAD"], cwd=repo, check=True,
+                          capture_output=True, text=True).stdout.split()
+    rounds = tmp_path / "rounds.yaml"  # a 3x step, called at 4 rounds
+    rounds.write_text("measure: {rounds: 4, repetitions: 1, rounds_from_noise: {enabled: false}}\n")
+    argv = [sys.executable, "-m", "ladder.bisect", "--repo", str(repo), "--good", "HEAD~3",
+            "--bad", "HEAD", "--rung", "floor", "--quant", "Q4_0", "--workload", "pp16",
+            "--threads", "2", "-d", str(tmp_path / "work"), "--configfile", str(E2E_CONFIG),
+            str(rounds), "--config", f"resources_dir={shared_resources()}"]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+    assert res.returncode == 0, res.stderr[-4000:]
+    [found] = (tmp_path / "work" / "bisect").glob("*/bisect.json")
+    doc = json.loads(found.read_text())
+    assert [s["label"][:9] for s in doc["steps"]] == ["ends", "probe-001", "probe-002"]
+    assert doc["ends"]["call"] == "slower" and doc["ends"]["hi"] < 0.6, doc["ends"]
+    assert [s.get("side") for s in doc["steps"]] == [None, "good side", "bad side"], \
+        [s.get("vs_good", {}).get("text") for s in doc["steps"]]
+    assert doc["result"] == "step" and doc["first_bad"] == shas[2], doc["text"]
+    assert doc["far_side"]["vs_good"]["call"] == "slower"
+    assert f"first commit on the far side: {shas[2][:12]}" in res.stdout
+    # each probe's build compiled only what its commit changed
+    builds = {b["build_key"]: b for s in doc["steps"] for b in s["builds"]}
+    assert len(builds) == 4
+    later = [b for b in builds.values() if b["ccache_hits"]]
+    assert len(later) >= 3 and all(b["ccache_misses"] < 30 for b in later), builds
+    # again: every step's workflow has nothing to do, the same commit is named
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    for step in found.parent.iterdir():
+        if step.is_dir():
+            assert "Nothing to be done" in (step / "snakemake.log").read_text(), step
+    assert json.loads(found.read_text())["first_bad"] == shas[2]
+
+
 def rule_counts(out: str) -> dict[str, int]:
     return {line.split()[0]: int(line.split()[1]) for line in out.splitlines()
             if len(line.split()) == 2 and line.split()[1].isdigit()}

@@ -1,0 +1,194 @@
+"""ladder bisect's logic: the first-parent path between two commits (a local git repository
+stands in for a git host), a probe's placement from its two verdicts, each step's config, and
+the walk itself on cells judged by the ladder's own rule from synthetic paired samples (the
+real bisection, builds and measurements, is tests/test_e2e.py::test_bisect_finds_the_slow_commit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ladder import bisect
+from ladder.errors import LadderError
+from ladder.targets import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def git(*args, cwd):
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd,
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def history(tmp_path):
+    """Five commits on main, and a side branch merged into it (first parent: main's)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git("init", "-q", "-b", "main", cwd=repo)
+    shas = []
+    for i in range(5):
+        (repo / "f.txt").write_text(f"{i}\n")
+        git("add", ".", cwd=repo)
+        git("commit", "-qm", f"commit {i}", cwd=repo)
+        shas.append(git("rev-parse", "HEAD", cwd=repo))
+    git("checkout", "-qb", "side", shas[2], cwd=repo)
+    (repo / "g.txt").write_text("side\n")
+    git("add", ".", cwd=repo)
+    git("commit", "-qm", "on the side", cwd=repo)
+    git("checkout", "-q", "main", cwd=repo)
+    git("merge", "-q", "--no-ff", "-m", "merge side", "side", cwd=repo)
+    shas.append(git("rev-parse", "HEAD", cwd=repo))
+    return repo, shas
+
+
+def test_the_path_is_first_parent_from_good_to_bad(history, tmp_path):
+    repo, shas = history
+    mirror = bisect.mirror(str(repo), tmp_path / "res")
+    path = bisect.commits_between(mirror, shas[0][:8], "main")
+    assert [c.sha for c in path] == shas  # the side branch's commit is not a probe
+    assert path[0].subject == "commit 0" and path[-1].subject == "merge side"
+    assert path[3].name == f"c_{shas[3][:10]}"
+    # the mirror is fetched again: a new commit on the repository is found
+    (repo / "f.txt").write_text("new\n")
+    git("commit", "-qam", "later", cwd=repo)
+    assert bisect.mirror(str(repo), tmp_path / "res") == mirror
+    assert bisect.commits_between(mirror, shas[0], "main")[-1].subject == "later"
+
+
+def test_bad_ends_are_named(history, tmp_path):
+    repo, shas = history
+    mirror = bisect.mirror(str(repo), tmp_path / "res")
+    with pytest.raises(LadderError, match="--good nope: not a commit"):
+        bisect.commits_between(mirror, "nope", shas[1])
+    with pytest.raises(LadderError, match="not an ancestor"):
+        bisect.commits_between(mirror, shas[3], shas[1])
+    with pytest.raises(LadderError, match="the same commit"):
+        bisect.commits_between(mirror, shas[1], shas[1])
+
+
+def comp(call: str) -> dict:
+    return {"call": call}
+
+
+@pytest.mark.parametrize("vs_good, to_bad, side", [
+    ("equivalent", "slower", "good side"),
+    ("inconclusive", "slower", "good side"),
+    ("slower", "inconclusive", "bad side"),
+    ("slower", "equivalent", "bad side"),
+    ("slower", "slower", "between"),
+    ("inconclusive", "inconclusive", "unplaced"),
+    ("faster", "inconclusive", "unplaced"),  # a move against the ends' direction
+    ("equivalent", "faster", "unplaced"),
+])
+def test_a_probe_is_placed_by_its_two_verdicts(vs_good, to_bad, side):
+    assert bisect.place(comp(vs_good), comp(to_bad), "slower") == side
+
+
+def test_a_step_measures_one_cell_of_its_own_rungs(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    config = load_config([str(ROOT / "tests" / "configs" / "e2e.yaml")])
+    template = next(r for r in config["ladders"]["x86_64"]["rungs"] if r["name"] == "floor")
+    c = bisect.Commit("a" * 40, "the subject")
+    rung = bisect.probe_rung(template, c, "/repo", "")
+    assert rung["name"] == "c_aaaaaaaaaa" and rung["cmake"] == template["cmake"]
+    assert rung["source"] == {"kind": "git", "url": "/repo", "commit": "a" * 40}
+    assert rung["label"] == "floor @ aaaaaaaaaa the subject"
+    over = bisect.step_overlay(config, "x86_64", [rung], "Q4_0", "pp16", 2, tmp_path)
+    assert over["ladders"]["x86_64"]["control"] == {"name": "control", "twin": "c_aaaaaaaaaa"}
+    assert over["measure"]["workloads"]["pp16"] == {"n_prompt": 16, "n_gen": 0}
+    assert over["measure"]["workloads"]["tg16"] is None and over["measure"]["threads"] == [2]
+    assert all(v == {"enabled": False} for v in over["serving"].values())
+    assert bisect.cell_path(config, "Q4_0", "pp16", 2).endswith(
+        "bench/gemma3-270m/q4_0/pp16/t2.json")
+
+
+def cell_doc(speeds: dict[str, float], rounds: int, seed: int) -> dict:
+    """A bench cell of paired rounds: each rung at its speed, 2 % noise per run."""
+    rng = np.random.default_rng(seed)
+    samples = []
+    for rnd in range(rounds):
+        for i, (rung, tps) in enumerate(speeds.items()):
+            samples.append({"rung": rung, "round": rnd, "order": i, "rep": 0,
+                            "tokens_per_s": tps * float(np.exp(rng.normal(0, 0.02))),
+                            "n_prompt": 16, "n_gen": 0, "build_key": rung,
+                            "build_commit": rung})
+    return {"quant": "q4_0", "workload": "pp16", "threads": 2, "samples": samples,
+            "workload_spec": {"n_prompt": 16, "n_gen": 0}, "round_statistic": "mean",
+            "rungs": {r: {"status": "measured"} for r in speeds}}
+
+
+def test_the_walk_finds_the_first_slow_commit(history, tmp_path, monkeypatch):
+    """Commit 3 of 0-5 halves the speed: the ends, then probes 2 (good side) and 3 (bad
+    side) are measured; the walk names commit 3 with its interval over the good end."""
+    repo, shas = history
+    monkeypatch.chdir(ROOT)
+    config = load_config([str(ROOT / "tests" / "configs" / "e2e.yaml")])
+    args = argparse.Namespace(repo=str(repo), good=shas[0], bad=shas[-1], subdirectory="",
+                              rung="floor", quant="Q4_0", workload="pp16", threads=2,
+                              configfile=[], config=[], cores="2")
+    config["resources_dir"] = str(tmp_path / "res")
+    b = bisect.Bisection(args, config, tmp_path)
+    index = {f"c_{s[:10]}": i for i, s in enumerate(shas)}
+    measured = []
+
+    def fake_measure(label, commits):  # the cells a real step would give, judged for real
+        measured.append(label)
+        names = [c.name for c in commits]
+        doc = cell_doc({n: 100.0 if index[n] < 3 else 50.0 for n in names} | {"control": 100.0},
+                       rounds=6, seed=len(measured))
+        return {"label": label, "commits": [c.sha for c in commits], "wall_s": 1.0,
+                "builds": [], "not_measured": {},
+                "cell_summary": bisect.judge(doc, names, config)}
+
+    monkeypatch.setattr(b, "measure", fake_measure)
+    doc = b.run()
+    assert measured == ["ends", f"probe-002-{shas[2][:10]}", f"probe-003-{shas[3][:10]}"]
+    assert [s.get("side") for s in doc["steps"]] == [None, "good side", "bad side"]
+    assert doc["result"] == "step" and doc["first_bad"] == shas[3]
+    assert doc["last_good"] == shas[2]
+    far = doc["far_side"]["vs_good"]
+    assert far["call"] == "slower" and far["lo"] < 0.5 < far["hi"]
+    text = bisect.render(doc)
+    assert f"first commit on the far side: {shas[3][:12]} \"commit 3\"" in text
+    assert "| probe-002-" in text and "good side" in text
+
+
+def test_no_step_between_equal_ends_stops_at_once(history, tmp_path, monkeypatch):
+    repo, shas = history
+    monkeypatch.chdir(ROOT)
+    config = load_config([str(ROOT / "tests" / "configs" / "e2e.yaml")])
+    config["resources_dir"] = str(tmp_path / "res")
+    args = argparse.Namespace(repo=str(repo), good=shas[0], bad=shas[-1], subdirectory="",
+                              rung="floor", quant="Q4_0", workload="pp16", threads=2,
+                              configfile=[], config=[], cores="2")
+    b = bisect.Bisection(args, config, tmp_path)
+
+    def fake_measure(label, commits):
+        names = [c.name for c in commits]
+        doc = cell_doc({n: 100.0 for n in names} | {"control": 100.0}, rounds=6, seed=1)
+        return {"label": label, "commits": [], "wall_s": 1.0, "builds": [],
+                "not_measured": {}, "cell_summary": bisect.judge(doc, names, config)}
+
+    monkeypatch.setattr(b, "measure", fake_measure)
+    doc = b.run()
+    assert doc["result"] == "no step" and len(doc["steps"]) == 1
+    assert doc["ends"]["call"] == "equivalent"
+
+
+def test_unknown_rung_and_workload_are_named(history, tmp_path, monkeypatch):
+    repo, shas = history
+    monkeypatch.chdir(ROOT)
+    config = load_config([str(ROOT / "tests" / "configs" / "e2e.yaml")])
+    for rung, workload, match in (("nope", "pp16", "--rung nope: not a rung of ladder x86_64"),
+                                  ("floor", "pp128", "--workload pp128: not in measure")):
+        args = argparse.Namespace(repo=str(repo), good=shas[0], bad=shas[-1],
+                                  subdirectory="", rung=rung, quant="Q4_0", workload=workload,
+                                  threads=2, configfile=[], config=[], cores="2")
+        with pytest.raises(LadderError, match=match):
+            bisect.Bisection(args, config, tmp_path)
