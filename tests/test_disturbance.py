@@ -129,6 +129,7 @@ def test_a_cell_runs_its_fixed_rounds_and_records_where(tmp_path):
              for n in ("floor", "native_repack", "control")]
     doc = _retiring_measure(tmp_path, prov, model, rungs, 6)
     assert doc["rounds"] == 6 and doc["retire"]["retired"] == {}
+    assert doc["seed"] == 1 and doc["seed_source"] == "measure.seed"
     assert {s["round"] for s in doc["samples"]} == set(range(6))
     want = cpu_set(2)
     assert doc["cpus"] == want

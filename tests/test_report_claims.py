@@ -149,6 +149,16 @@ def test_every_unmeasured_serving_rung_has_a_status():
     assert out[0]["log"] == "r/round00-01-amx.stderr.log" and out[1]["reason"] == "llama-server died"
 
 
+def test_a_fresh_order_seed_per_measurement_unless_one_is_set():
+    """Issue 42, item 6: a fixed default seed reused each cell's order sequence run after run;
+    now each measurement draws one (recorded), and a set seed still reproduces."""
+    from ladder.protocol import run_seed
+
+    assert run_seed(20261129) == (20261129, "measure.seed")
+    drawn = [run_seed(None) for _ in range(50)]
+    assert {src for _, src in drawn} == {"fresh"} and len({s for s, _ in drawn}) == 50
+
+
 def test_each_cell_shuffles_with_its_own_seed():
     # issue 19, item 2: one config seed gave every cell the same sequence of orders, so a
     # position effect landed on the same rung everywhere

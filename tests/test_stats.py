@@ -39,6 +39,20 @@ def test_ratio_ci_is_geometric_and_brackets_the_estimate():
                                           math.exp(logs.mean() + half)))
 
 
+def test_a_call_says_whether_it_is_at_least_the_threshold():
+    """Issue 42, item 4: "faster" is at least δ faster only when the whole interval is beyond
+    δ; a call whose interval reaches inside it says so."""
+    gross = stats.verdict(stats.ratio_ci([3.0, 3.1, 2.9, 3.05]), 0.05)
+    assert gross.beyond_threshold is True and "not ruled out" not in gross.text
+    near = stats.verdict(stats.ratio_ci([1.09, 1.04, 1.10, 1.05, 1.08, 1.03, 1.09, 1.06]), 0.05)
+    assert near.call == "faster" and near.beyond_threshold is False
+    assert "faster, by less than 5 % not ruled out (95% CI 1.0" in near.text, near.text
+    slow = stats.verdict(stats.ratio_ci([1 / x for x in (1.09, 1.04, 1.10, 1.05, 1.08, 1.03,
+                                                          1.09, 1.06)]), 0.05)
+    assert slow.call == "slower" and "slower, by less than 5 % not ruled out" in slow.text
+    assert stats.verdict(stats.ratio_ci([1.0, 1.01, 0.99]), 0.05).beyond_threshold is None
+
+
 def test_the_paired_test_is_scipys_one_sample_t_test_of_the_logs():
     ratios = [1.08, 1.02, 1.11, 0.99, 1.06, 1.04]
     r = stats.ratio_ci(ratios)

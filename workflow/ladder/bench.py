@@ -161,7 +161,7 @@ def calibrated_repetitions(samples: Sequence[Mapping[str, Any]], rungs: Sequence
     return out
 
 
-DEFAULT_RETIRE = {"enabled": True, "looks": [3, 5], "alpha": protocol.INTERIM_ALPHA}
+DEFAULT_RETIRE = {"enabled": True, "looks": [3, 5, 10], "alpha": protocol.INTERIM_ALPHA}
 DEFAULT_ROUNDS_FROM_NOISE = {"enabled": False, "pilot": 10, "min": 12, "max": 28,
                              "assurance": 0.8, "target": {"prefill": 0.10, "decode": 0.05}}
 phase_of = protocol.phase_of
@@ -438,7 +438,7 @@ def check_rounds_rule(rounds_from_noise: Mapping[str, Any] | None, phase: str, d
 
 def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], threads: int,
             rungs: Sequence[Mapping[str, Any]], model_meta: str, rounds: int, reps: int | str,
-            seed: int, warmup: bool, timeout_s: float, raw_dir: str, out_json: str,
+            seed: int | None, warmup: bool, timeout_s: float, raw_dir: str, out_json: str,
             log: str, warmup_rounds: int = 1,
             disturbance: Mapping[str, Any] | None = None,
             retire: Mapping[str, Any] | None = None,
@@ -485,6 +485,7 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
                          threads=threads, workload=workload, auto_repetitions=auto_repetitions,
                          own_cpus=own_cpus, rounds_from_noise=rounds_from_noise)
     name = f"{quant}/{workload_name}/t{threads}"
+    seed, seed_source = protocol.run_seed(seed)
     active, status, bins = built_rungs(rungs, f"bench {name}", none_ok=one_build)
     raw = Path(raw_dir)
     raw.mkdir(parents=True, exist_ok=True)
@@ -509,6 +510,7 @@ def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], thre
     with open(log, "a") as f:  # beside the progress lines the job's logger already wrote
         f.write("\n".join(cell.log_lines) + "\n")
     doc = cell_doc(cell, policy, identity=identity, seed=seed)
+    doc["seed_source"] = seed_source
     atomic_write_json(out_json, doc)
     return doc
 

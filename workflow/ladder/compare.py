@@ -6,7 +6,9 @@ BASE and NEW are report JSONs (``ladder-report/1``) of two runs: two llama.cpp s
 compilers, two config changes, or two hosts. For every rung x quant x workload x threads they
 share, NEW/BASE is the ratio of the two runs' geometric-mean round throughputs with a Welch
 t-interval on the log scale (the rounds of two runs pair nothing), judged against the larger of
-the two runs' noise floors with the ladder's rule (the whole interval beyond the band). Beside
+the two runs' noise floors by the ladder's rule (``stats.verdict``: called when Welch's test is
+significant and the estimate lies beyond that floor; equivalent when the 90 % interval lies inside
+it; otherwise inconclusive). Beside
 it: any change of the rung's dispatch verdict, evidence claims and drift flag. Cells whose
 model file, workload or thread count differ are listed as not comparable, never compared.
 
@@ -35,8 +37,9 @@ FORMAT = "ladder-compare/1"
 REPORT_FORMAT = "ladder-report/1"
 GATES = ("slower", "lost-dispatch", "new-drift", "lost-claim")
 METHOD = ("NEW/BASE: ratio of the runs' geometric-mean round throughputs, Welch t-interval on the "
-          "log scale; called only when the whole interval lies beyond the larger of the two "
-          "runs' noise floors. Two runs on one machine also differ by run-to-run drift, which "
+          "log scale; called when Welch's test is significant and the estimate lies beyond the "
+          "larger of the two runs' noise floors, equivalent when the 90 % interval lies inside "
+          "it. Two runs on one machine also differ by run-to-run drift, which "
           "neither run's interleaved floor sees: read a call near the floor with that in mind.")
 
 

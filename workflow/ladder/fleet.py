@@ -4,8 +4,10 @@
 
 Each host keeps its own noise floor (its control rung, measured interleaved on that host). A
 cross-host ratio pairs nothing (rounds on two machines are independent), so it is the ratio of
-the two hosts' geometric-mean round throughputs with a Welch t-interval on the log scale, called
-faster/slower only when the whole interval lies beyond the larger of the two hosts' noise floors.
+the two hosts' geometric-mean round throughputs with a Welch t-interval on the log scale, judged
+by the ladder's rule (``stats.verdict``) against the larger of the two hosts' noise floors: faster
+or slower when Welch's test is significant and the estimate lies beyond it, equivalent when the
+90 % interval lies inside it.
 Cells are compared only when their metadata agree (same model file, source, workload spec).
 """
 
@@ -393,9 +395,10 @@ def build_fleet(reports: Sequence[str], stats_cfg: Mapping[str, Any] | None = No
         "builds": shared_builds(docs, names),
         "method": ("each host's largest thread count per cell; within a host, its own noise floor "
                    "(control vs twin); across hosts, ratio of geometric-mean round throughputs "
-                   "with a Welch t-interval on the log scale, called only when the whole interval "
-                   "lies beyond the larger of the two hosts' noise floors and of the A/A drift floor (hosts of "
-                   "one CPU identity, when the fleet has them)"),
+                   "with a Welch t-interval on the log scale, called when Welch's test is "
+                   "significant and the estimate lies beyond the larger of the two hosts' noise "
+                   "floors and of the A/A drift floor (hosts of one CPU identity, when the fleet "
+                   "has them); equivalent when the 90 % interval lies inside it"),
     }
 
 

@@ -11,6 +11,7 @@ a comment re-runs only the analysis, from the kept raw samples.
 from __future__ import annotations
 
 import math
+import secrets
 from collections import defaultdict
 from functools import lru_cache
 from typing import Any, Iterable, Mapping, Sequence
@@ -75,6 +76,16 @@ def threshold_for(thresholds: float | Mapping[str, float] | None, phase: str) ->
     if isinstance(thresholds, Mapping):
         return float(thresholds.get(phase, DEFAULT_THRESHOLD[phase]))
     return float(thresholds)
+
+
+def run_seed(seed: int | None) -> tuple[int, str]:
+    """The seed a measurement draws its round orders (and a load's arrivals) from, and where it
+    came from: ``measure.seed`` when set (to reproduce a recorded measurement), else a fresh one
+    per measurement (a fixed default reused every cell's order sequence run after run, so an
+    offset tied to an order recurred in the same cells). Recorded with the samples either way."""
+    if seed is not None:
+        return int(seed), "measure.seed"
+    return secrets.randbits(32), "fresh"
 
 
 def comparisons(ladder: Sequence[str], measured: set[str]) -> list[tuple[str, str, str]]:

@@ -23,6 +23,7 @@ from ladder.bench import built_rungs, cell_seed, check_placement, round_orders
 from ladder.errors import LadderError
 from ladder.io import atomic_write_json, atomic_write_text, read_json
 from ladder.machine import cpu_set, host_brief, task_cpus
+from ladder.protocol import run_seed
 from ladder.server import PortTaken, Server, llama_server
 
 FORMAT = "ladder-serving-load/1"
@@ -108,7 +109,7 @@ def alive(pid: int) -> bool:
 
 
 def measure_load(*, rungs: Sequence[Mapping[str, Any]], model_meta: str,
-                 settings: Mapping[str, Any], threads: int, rounds: int, seed: int,
+                 settings: Mapping[str, Any], threads: int, rounds: int, seed: int | None,
                  raw_dir: str, out_json: str, cpus: Any = "auto", own_cpus: int | None = None,
                  port: int | None = None) -> dict[str, Any]:
     model = read_json(model_meta)
@@ -121,6 +122,7 @@ def measure_load(*, rungs: Sequence[Mapping[str, Any]], model_meta: str,
     cpu_list = cpu_set(threads, cpus, job_cpus=own_cpus)
     client_cpus = _client_cpus(cpu_list)
     cell = f"load/{quant}/t{threads}"
+    seed, seed_source = run_seed(seed)
     orders = round_orders(active, rounds, seed, cell)
     plan = levels(cfg)
     slots, ctx = slots_for(cfg), ctx_for(cfg)
@@ -155,7 +157,8 @@ def measure_load(*, rungs: Sequence[Mapping[str, Any]], model_meta: str,
         raise LadderError("serving load: no rung's llama-server completed a level: "
                           + "; ".join(f"{n}: {st['reason']}" for n, st in status.items()))
     doc = {"format": FORMAT, "experiment": "load", "quant": quant, "threads": threads,
-           "rounds": rounds, "seed": seed, "orders": orders, "spec": dict(cfg),
+           "rounds": rounds, "seed": seed, "seed_source": seed_source, "orders": orders,
+           "spec": dict(cfg),
            "levels_planned": plan, "slots": slots, "ctx": ctx,
            "cpus": ",".join(map(str, cpu_list)) if cpu_list else None,
            "client_cpus": ",".join(map(str, client_cpus)) if client_cpus else None,

@@ -18,6 +18,7 @@ from ladder import progress
 from ladder.bench import built_rungs, round_orders
 from ladder.errors import LadderError
 from ladder.machine import host_brief
+from ladder.protocol import run_seed
 from ladder.io import atomic_write_json, atomic_write_text, read_json
 from ladder.run import run
 from ladder.server import PortTaken, llama_server
@@ -40,7 +41,7 @@ SUFFIXES = ("\n\nQuestion: who may copy this text?\nAnswer:",
 
 
 def prefix_cache(*, rungs: Sequence[Mapping[str, Any]], model_meta: str, corpus: str,
-                 settings: Mapping[str, Any], threads: int, rounds: int, seed: int,
+                 settings: Mapping[str, Any], threads: int, rounds: int, seed: int | None,
                  timeout_s: float, raw_dir: str, out_json: str,
                  port: int | None = None) -> dict[str, Any]:
     """Per round and rung: a fresh server, then cold, priming and warm requests on one prefix."""
@@ -52,6 +53,7 @@ def prefix_cache(*, rungs: Sequence[Mapping[str, Any]], model_meta: str, corpus:
     active, status, bins = built_rungs(rungs, "serving")
     by_name = {r["name"]: r for r in rungs}
     samples: list[dict[str, Any]] = []
+    seed, seed_source = run_seed(seed)
     orders = round_orders(active, rounds, seed, f"prefix_cache/{model['quant']}/t{threads}")
     brief = host_brief()
     for rnd, order in enumerate(orders):
@@ -107,6 +109,7 @@ def prefix_cache(*, rungs: Sequence[Mapping[str, Any]], model_meta: str, corpus:
                           + "; ".join(f"{n}: {st['reason']}" for n, st in status.items()))
     doc = {"format": FORMAT, "experiment": "prefix_cache", "quant": model["quant"].lower(),
            "workload": "prefix_cache", "threads": threads, "rounds": rounds, "seed": seed,
+           "seed_source": seed_source,
            "orders": orders, "prefix_words": cfg["prefix_words"], "ctx": cfg["ctx"],
            "server_args": list(cfg.get("server_args", [])),
            "host": brief, "rungs": status, "samples": samples,
@@ -135,7 +138,7 @@ def batched_records(text: str, source: str) -> list[dict[str, Any]]:
 
 
 def concurrency(*, rungs: Sequence[Mapping[str, Any]], model_meta: str,
-                settings: Mapping[str, Any], threads: int, rounds: int, seed: int,
+                settings: Mapping[str, Any], threads: int, rounds: int, seed: int | None,
                 timeout_s: float, raw_dir: str, out_json: str) -> dict[str, Any]:
     model = read_json(model_meta)
     raw = Path(raw_dir)
@@ -143,6 +146,7 @@ def concurrency(*, rungs: Sequence[Mapping[str, Any]], model_meta: str,
     cfg = settings["concurrency"]
     active, status, bins = built_rungs(rungs, "serving")
     by_name = {r["name"]: r for r in rungs}
+    seed, seed_source = run_seed(seed)
     orders = round_orders(active, rounds, seed, f"concurrency/{model['quant']}/t{threads}")
     brief = host_brief()
     samples: list[dict[str, Any]] = []
@@ -178,6 +182,7 @@ def concurrency(*, rungs: Sequence[Mapping[str, Any]], model_meta: str,
                 })
     doc = {"format": FORMAT, "experiment": "concurrency", "quant": model["quant"].lower(),
            "workload": "concurrency", "threads": threads, "rounds": rounds, "seed": seed,
+           "seed_source": seed_source,
            "orders": orders, "spec": dict(cfg), "host": brief, "rungs": status,
            "samples": samples,
            "method": "llama-batched-bench -npp/-ntg per sequence, -npl parallel sequences; "

@@ -11,7 +11,10 @@ A comparison is judged by its own paired data, once (issue 31):
 
 - **faster / slower**: the paired test is significant (Benjamini-Hochberg across the run's
   comparisons, ``fdr_adjust``) *and* the estimate is at least the practical threshold δ of its
-  phase (``stats.threshold``; prefill and decode apart);
+  phase (``stats.threshold``; prefill and decode apart). The call says what it holds: when its
+  interval reaches inside ±δ it reads "faster, by less than δ not ruled out" (the estimate is
+  not shown to be at least δ; near δ a called estimate is also biased up by the selection,
+  issue 42);
 - **equivalent**: the 1 - 2α (90 %) interval lies inside ±δ (two one-sided tests);
 - **inconclusive** otherwise, with the smallest effect this comparison would call with 80 %
   power (``smallest_callable``).
@@ -78,6 +81,9 @@ class Verdict:
     p_value: float | None = None
     adjusted: bool = False  # decided by the run's Benjamini-Hochberg step
     widened: float | None = None  # a failed control check's bias added to the interval (log)
+    # a call whose printed interval lies wholly beyond the threshold ("at least δ faster"); a
+    # call whose interval reaches inside it says "by less than δ not ruled out"
+    beyond_threshold: bool | None = None
 
 
 def round_statistic(doc: Mapping[str, Any]) -> str:
@@ -176,8 +182,11 @@ def verdict(r: RatioEstimate, threshold: float | None, *, bias: float = 0.0,
                   adjusted=selected is not None, widened=bias or None)
     if significant and shrunk >= band:
         call = "faster" if m > 0 else "slower"
-        return Verdict(call, True, f"{fmt_ratio(r.estimate)} {call} ({ci}; {_fmt_p(p)}; "
-                       f"threshold ±{threshold * 100:.3g} %)", **common)
+        beyond = (lo >= math.exp(band)) if m > 0 else (hi <= math.exp(-band))
+        hedge = "" if beyond else f", by less than {threshold * 100:.3g} % not ruled out"
+        return Verdict(call, True, f"{fmt_ratio(r.estimate)} {call}{hedge} ({ci}; {_fmt_p(p)}; "
+                       f"threshold ±{threshold * 100:.3g} %)", beyond_threshold=beyond,
+                       **common)
     t90 = _tq(1 - 2 * alpha, df) * se + bias
     if -band <= m - t90 and m + t90 <= band:
         return Verdict("equivalent", significant,
