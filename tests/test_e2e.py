@@ -822,6 +822,13 @@ def test_serving_under_load_per_request_records(report, run_dir):
         assert r["check"]["predicted_n"] == r["output_tokens"] == r["n_predict"]
         assert r["check"]["prompt_n"] + r["check"]["cache_n"] >= r["prompt_tokens"]
         assert r["ttft_ms"] + 1 >= r["check"]["prompt_ms"]
+    orders: dict[int, set[tuple]] = {}  # the levels' order: fresh per round, one per round
+    for rnd in {row["round"] for row in doc["levels"]}:
+        for rung in measured:
+            orders.setdefault(rnd, set()).add(tuple(r["level"] for r in sorted(
+                (r for r in doc["levels"] if (r["round"], r["rung"]) == (rnd, rung)),
+                key=lambda r: r["position"])))
+    assert all(len(o) == 1 for o in orders.values()), orders
     for row in doc["levels"]:  # each stored summary is what its records give
         recs = [r for r in doc["requests"] if (r["rung"], r["round"], r["level"])
                 == (row["rung"], row["round"], row["level"])]
@@ -833,6 +840,8 @@ def test_serving_under_load_per_request_records(report, run_dir):
     assert all(r["check"]["cache_n"] == 0 for r in later if r["level"] == "agent-nocache")
     md = (run_dir / HOST / "report" / "ladder.md").read_text()
     assert "### Serving under load (llama-server)" in md and "goodput req/s" in md
+    assert re.search(r"Server cross-check \(each request against the server's own `timings`\): "
+                     r"\d+ requests checked; 0 with a token count other than", md)
     assert "a round's p99 TTFT ms (95 % CI)" in md
     assert (run_dir / HOST / "report" / "figures" / "serving_load_closed.png").is_file()
     assert "Offline throughput view: llama-batched-bench" in md
@@ -856,7 +865,7 @@ def test_a_server_killed_mid_load_is_named_and_counted(report, run_dir, tmp_path
     raw = tmp_path / "raw"
     stop = threading.Event()
 
-    def killer() -> None:  # after 2 warmup + 3 c1 + 1 c2 requests of native_repack's server
+    def killer() -> None:  # after 2 warmup requests, a level's 3 and 1 of the next level's
         while not stop.is_set():
             for log in raw.glob("*-native_repack.server.log"):
                 text = log.read_text(errors="replace")
@@ -880,10 +889,15 @@ def test_a_server_killed_mid_load_is_named_and_counted(report, run_dir, tmp_path
         stop.set()
         t.join(5)
     st = doc["rungs"]["native_repack"]
-    assert st["status"] == "crashed" and "llama-server died during level c2" in st["reason"]
-    c2 = next(r for r in doc["levels"] if (r["rung"], r["level"]) == ("native_repack", "c2"))
-    assert c2["summary"]["requests"] == 3  # sent and failed requests stay in the denominators
-    assert c2["summary"]["failed"] + c2["summary"]["timeout"] >= 1
+    # the levels run in the round's own shuffled order: it died in the second one
+    died = sorted((r for r in doc["levels"] if r["rung"] == "native_repack"),
+                  key=lambda r: r["position"])
+    assert [r["position"] for r in died] == [0, 1]
+    second = died[1]
+    assert st["status"] == "crashed", st
+    assert f"llama-server died during level {second['level']}" in st["reason"], st["reason"]
+    assert second["summary"]["requests"] == 3  # sent and failed requests stay in the denominators
+    assert second["summary"]["failed"] + second["summary"]["timeout"] >= 1
     for other in ("floor", "control"):
         assert doc["rungs"][other]["status"] == "measured"
         assert {r["level"] for r in doc["levels"] if r["rung"] == other} == {"c1", "c2"}

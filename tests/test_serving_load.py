@@ -37,6 +37,21 @@ def test_metrics_follow_vllms_definitions():
     assert loadgen.metrics(req(status="failed"))["ttft_ms"] is None
 
 
+def test_tokens_read_together_are_one_inter_token_gap():
+    """Issue 43, item 4: three tokens in one read are one event, not two gaps of 0 ms."""
+    m = loadgen.metrics(req(tokens=(1.5, 1.6, 1.6, 1.6, 1.9), end=1.9))
+    assert m["itl_ms"] == pytest.approx([100, 300])
+    assert m["token_events"] == 3 and m["tokens_per_event_max"] == 3
+    assert m["tpot_ms"] == pytest.approx((900 - 500) / 4)  # TPOT still per token
+
+
+def test_a_stream_error_event_is_named():
+    r = loadgen.Request(0, "c1", 8, 4)
+    with pytest.raises(LadderError, match="server error event: .*context size exceeded"):
+        loadgen._event(r, b'error: {"code": 400, "message": "context size exceeded"}', 1.0)
+    assert loadgen._event(r, b": keep-alive", 1.0) is False
+
+
 def test_the_server_check_compares_tokens_and_prefill():
     r = req(timings={"predicted_n": 4, "prompt_n": 32, "prompt_ms": 450.0, "cache_n": 0})
     assert loadgen.metrics(r)["check"]["tokens_agree"] is True

@@ -74,8 +74,13 @@ def metrics(r: Request) -> dict[str, Any]:
     e2el = ((r.end_s or r.token_s[-1]) - r.sent_s) * 1000 if ok else None
     tpot = ((e2el - ttft) / (r.output_tokens - 1)
             if ok and r.output_tokens > 1 and e2el is not None and ttft is not None else None)
-    itl = [(b - a) * 1000 for a, b in zip(r.token_s, r.token_s[1:])]
+    # one gap per token *event*: tokens that arrived in one read share its time, and k of them
+    # would add k - 1 gaps of 0 ms (a client's read granularity, not the server's speed)
+    events = sorted(set(r.token_s))
+    itl = [(b - a) * 1000 for a, b in zip(events, events[1:])]
     return {"ttft_ms": ttft, "tpot_ms": tpot, "e2el_ms": e2el, "itl_ms": itl,
+            "token_events": len(events),
+            "tokens_per_event_max": max((r.token_s.count(t) for t in events), default=0),
             "check": server_check(r, ttft)}
 
 
@@ -140,6 +145,8 @@ async def stream(session: aiohttp.ClientSession, url: str, req: Request, body: d
 def _event(req: Request, raw: bytes, now: float) -> bool:
     """One server-sent-event line into ``req``; True at the final chunk."""
     line = raw.decode(errors="replace").strip()
+    if line.startswith("error:"):  # llama-server's stream error event: its reason, named
+        raise LadderError(f"server error event: {line[6:].strip()[:300]}")
     if not line.startswith("data:"):
         return False
     chunk = json.loads(line[5:])
@@ -214,7 +221,9 @@ async def open_loop(url: str, level: str, body: Body, *, rate: float, requests: 
             if left <= 0:
                 reqs[i].status, reqs[i].error = "not sent", f"level over its {max_s:g} s"
                 return
-            await stream(session, url, reqs[i], body(i), origin, min(timeout_s, left))
+            # a request sent is given its whole timeout: the level's time bounds the sends only
+            # (a request cut short by the level's end would be a "timeout" it never had)
+            await stream(session, url, reqs[i], body(i), origin, timeout_s)
 
         await asyncio.gather(*(one(i) for i in range(requests)))
     return reqs, time.perf_counter() - origin

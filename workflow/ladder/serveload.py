@@ -201,13 +201,17 @@ def _one_server(*, name: str, rung: Mapping[str, Any], bin_dir: str, model: str,
                     str(r.error) for r in wreqs if r.status != "ok"))
             seen = sorted({c for cs in task_cpus(srv.pid).values() for c in cs})
             check_placement(seen or None, cpu_list, where)
+            # the levels in a fresh order per round, the same for every rung of the round (its
+            # seed): a level run early or late (a warmer server, an agent level after its twin)
+            # is no longer always the same level
             order = list(plan)
+            random.Random(seed).shuffle(order)
             for i, lv in enumerate(order):
                 reqs, duration, mseen = run_level(srv, lv, cfg, seed)
                 records = [r.record() for r in reqs]
                 summary = loadgen.summarize(records, duration, cfg["limits"])
                 metrics_seen[lv["level"]] = mseen
-                rows.append({**lv, "duration_s": duration, "summary": summary,
+                rows.append({**lv, "position": i, "duration_s": duration, "summary": summary,
                              "server_metrics": loadgen.metrics_brief(mseen),
                              "cpus_seen": seen})
                 recs += records
