@@ -160,6 +160,32 @@ def test_fdr_adjust_decides_the_calls_across_cells():
     assert "Benjamini-Hochberg" in did["text"]
 
 
+def test_gross_steps_do_not_lower_the_bar_for_moderate_ones():
+    """Issue 42, item 5: the comparisons with the floor (gross by design) and those above it
+    are two Benjamini-Hochberg families. On null comparisons above the floor (b and c one
+    speed) beside 20x steps from the floor, one family calls more of them than two."""
+    import copy
+
+    rng = np.random.default_rng(5)
+    calls = {"one": 0, "two": 0}
+    for _ in range(60):
+        cells = [stats.summarize_cell(_doc(rng, {"a": 1, "b": 20, "c": 20, "control": 20}, 8,
+                                           sd=0.05), ["a", "b", "c"], "control", "b",
+                                      resamples=50) for _ in range(4)]
+        one = copy.deepcopy(cells)
+        stats.fdr_adjust(one)
+        did = stats.fdr_adjust(cells, floor="a")
+        for name, cs in (("one", one), ("two", cells)):
+            calls[name] += sum(s["verdict"]["significant"] for c in cs for s in c["steps"]
+                               if s["base"] == "b")
+    assert [(f["family"], f["comparisons"]) for f in did["families"]] == [
+        (stats.FLOOR_FAMILY, 8), (stats.ABOVE_FAMILY, 4)]
+    assert {s["family"] for c in cells for s in c["steps"] + c["vs_floor"]} == {
+        stats.FLOOR_FAMILY, stats.ABOVE_FAMILY}
+    assert did["rejected"] >= 8 and "two Benjamini-Hochberg families" in did["text"]
+    assert calls["two"] < calls["one"], calls
+
+
 def test_pooled_checks_find_a_label_bias_and_a_position_effect():
     rng = np.random.default_rng(9)
     biased = [stats.summarize_cell(_doc(rng, {"a": 1, "control": 1.04}, 10, sd=0.02),

@@ -516,7 +516,8 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
     ev_docs = load_each(files("evidence"), missing)
     bench_docs = load_each(files("bench"), missing)
     cells = bench_cells(bench_docs, plan, stats_cfg, missing)
-    multiplicity = stats.fdr_adjust(cells, stats_cfg["confidence"])
+    multiplicity = stats.fdr_adjust(cells, stats_cfg["confidence"],
+                                    floor=(plan.get("ladder_order") or [None])[0])
     pooled = stats.pooled_checks(cells, stats_cfg["confidence"])
     rungs = []
     for pr in plan["rungs"]:

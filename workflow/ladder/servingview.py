@@ -207,12 +207,13 @@ def serving_section(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
                 out[key] = summarize(read_json(path), plan, stats_cfg)
             except LadderError as exc:
                 missing.append({"file": path, "problem": str(exc)})
-    # one Benjamini-Hochberg family for the serving experiments' comparisons
+    # the serving experiments' comparisons: their own Benjamini-Hochberg families (those with
+    # the floor, those above it), apart from the ladder's
     out["multiplicity"] = stats.fdr_adjust(
         [p["cell"] for e in BENCH_EXPERIMENTS for p in out[e]]
         + ([out["prefix_cache"]["cell"]] if out.get("prefix_cache") else [])
         + ([c["cell"] for c in out["load"]["cells"]] if out.get("load") else []),
-        stats_cfg["confidence"])
+        stats_cfg["confidence"], floor=(plan.get("ladder_order") or [None])[0])
     if out.get("load"):  # its sentences read the verdicts after the run's adjustment
         out["load"]["sentences"] = load_sentences(out["load"])
     out["context_trend"] = {

@@ -460,35 +460,72 @@ def benjamini_hochberg(p_values: Sequence[float], q: float) -> list[bool]:
     return [p <= cut for p in p_values]
 
 
-def fdr_adjust(cells: Sequence[dict[str, Any]], confidence: float = 0.95) -> dict[str, Any]:
-    """Multiplicity across a run: every comparison's test enters one Benjamini-Hochberg step at
+FLOOR_FAMILY = "with the floor"
+ABOVE_FAMILY = "above the floor"
+
+
+def fdr_adjust(cells: Sequence[dict[str, Any]], confidence: float = 0.95,
+               floor: str | None = None) -> dict[str, Any]:
+    """Multiplicity across a run: every comparison's test enters a Benjamini-Hochberg step at
     q = 1 - confidence; only a rejected one may be called faster or slower, and its printed
     interval is the false-coverage-rate adjusted one (Benjamini & Yekutieli 2005: level
     1 - R·q/m for R selected of m). A step that is also a vs-floor comparison counts once.
-    Re-judges the cells' comparisons in place; returns what it did, for the report."""
+
+    With ``floor`` (the ladder's first rung) there are two families, declared before anything
+    is measured: the comparisons with the floor (gross by design: the generic build far below
+    every other rung) and those between rungs above it (the moderate questions: a vendor
+    library over repack, a patch over its base). In one family the gross steps' discoveries
+    raise BH's cut-off for every other test, so a moderate comparison among many gross ones
+    is tested at about the unadjusted level (issue 42). Re-judges the cells' comparisons in
+    place; returns what it did, for the report."""
     q = 1 - confidence
-    unique: dict[tuple[int, str, str], list[dict[str, Any]]] = {}
+    families: dict[str, dict[tuple[int, str, str], list[dict[str, Any]]]] = {}
     for i, cell in enumerate(cells):
         for comp in list(cell.get("steps") or []) + list(cell.get("vs_floor") or []):
             if comp["verdict"].get("p_value") is None:  # no test (too few rounds)
                 continue
-            unique.setdefault((i, comp["base"], comp["rung"]), []).append(comp)
-    keys = list(unique)
-    # the cell's own verdict already tested the estimate less any control bias
-    p = [unique[k][0]["verdict"]["p_value"] for k in keys]
-    rejected = benjamini_hochberg(p, q) if keys else []
-    n_sel = sum(rejected)
-    shown = 1 - n_sel * q / len(keys) if n_sel else None
-    for k, sel in zip(keys, rejected):
-        for comp in unique[k]:
-            comp["verdict"] = _judge(comp, selected=sel, shown_confidence=shown if sel else None)
-    return {"method": "Benjamini-Hochberg", "q": q, "comparisons": len(keys),
-            "rejected": n_sel, "interval_confidence_selected": shown,
-            "text": f"Multiplicity: the {len(keys)} comparisons of this run form one "
-                    f"Benjamini-Hochberg family at a false-discovery rate of {q * 100:g} %; "
-                    f"{n_sel} passed the test" + (
-                        f", and their intervals are shown at the false-coverage-adjusted "
-                        f"level of {shown * 100:.1f} %" if shown else "") + "."}
+            name = ("all" if floor is None else
+                    FLOOR_FAMILY if floor in (comp["base"], comp["rung"]) else ABOVE_FAMILY)
+            families.setdefault(name, {}).setdefault((i, comp["base"], comp["rung"]),
+                                                     []).append(comp)
+    did = []
+    for name in ([FLOOR_FAMILY, ABOVE_FAMILY] if floor is not None else ["all"]):
+        unique = families.get(name, {})
+        keys = list(unique)
+        # the cell's own verdict already tested the estimate less any control bias
+        p = [unique[k][0]["verdict"]["p_value"] for k in keys]
+        rejected = benjamini_hochberg(p, q) if keys else []
+        n_sel = sum(rejected)
+        shown = 1 - n_sel * q / len(keys) if n_sel else None
+        for k, sel in zip(keys, rejected):
+            for comp in unique[k]:
+                comp["verdict"] = _judge(comp, selected=sel,
+                                         shown_confidence=shown if sel else None)
+                comp["family"] = name
+        did.append({"family": name, "comparisons": len(keys), "rejected": n_sel,
+                    "interval_confidence_selected": shown})
+
+    def said(f: Mapping[str, Any]) -> str:
+        shown = f["interval_confidence_selected"]
+        return (f"{f['rejected']} of {f['comparisons']} passed the test" + (
+            f" (intervals shown at the false-coverage-adjusted level of {shown * 100:.1f} %)"
+            if shown else ""))
+
+    if floor is None:
+        text = (f"Multiplicity: the {did[0]['comparisons']} comparisons of this run form one "
+                f"Benjamini-Hochberg family at a false-discovery rate of {q * 100:g} %; "
+                f"{said(did[0])}.")
+    else:
+        text = (f"Multiplicity: two Benjamini-Hochberg families at a false-discovery rate of "
+                f"{q * 100:g} % each, declared before measuring, so that the gross steps never "
+                f"lower the bar for the moderate ones: the comparisons with the floor "
+                f"`{floor}`, {said(did[0])}; those between rungs above it, {said(did[1])}.")
+    return {"method": "Benjamini-Hochberg", "q": q,
+            "comparisons": sum(f["comparisons"] for f in did),
+            "rejected": sum(f["rejected"] for f in did),
+            "interval_confidence_selected": did[0]["interval_confidence_selected"]
+            if len(did) == 1 else None,
+            "families": did, "text": text}
 
 
 def pooled_checks(cells: Sequence[Mapping[str, Any]], confidence: float = 0.95
