@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 
+import numpy as np
 import pytest
 from aiohttp import web
 
@@ -91,11 +92,30 @@ def test_goodput_counts_requests_within_every_limit():
     assert loadgen.summarize(recs, 2.0, {"ttft_ms": None})["good"] == 4
 
 
-def test_poisson_arrivals_are_reproducible_and_at_the_rate():
-    a = loadgen.poisson_schedule(4.0, 4000, seed=3)
-    assert a == loadgen.poisson_schedule(4.0, 4000, seed=3) and a[0] == 0.0
-    gaps = [y - x for x, y in zip(a, a[1:])]
-    assert sum(gaps) / len(gaps) == pytest.approx(0.25, rel=0.06)
+def test_arrivals_are_reproducible_and_offer_the_stated_rate():
+    """Issue 43, item 3: the gaps are scaled so every schedule spans (n - 1) / rate: the rate
+    offered in a round is the rate printed (unscaled, 4 Poisson gaps varied by ~50 %)."""
+    a = loadgen.arrival_schedule(4.0, 5, seed=3)
+    assert a == loadgen.arrival_schedule(4.0, 5, seed=3) and a[0] == 0.0
+    spans = [loadgen.arrival_schedule(4.0, 5, seed=s)[-1] for s in range(50)]
+    assert all(x == pytest.approx(1.0) for x in spans)  # 4 gaps at 4/s, every seed
+    gaps = np.diff(loadgen.arrival_schedule(4.0, 4000, seed=3))
+    assert np.std(gaps) / np.mean(gaps) == pytest.approx(1.0, abs=0.06)  # exponential: CV 1
+    bursty = np.diff(loadgen.arrival_schedule(4.0, 4000, seed=3, burstiness=0.25))
+    assert np.std(bursty) / np.mean(bursty) == pytest.approx(2.0, abs=0.2)  # CV 1/sqrt(k)
+    assert np.diff(loadgen.arrival_schedule(2.0, 5, seed=1, burstiness=None)) == \
+        pytest.approx([0.5] * 4)  # a constant rate
+    assert loadgen.arrival_schedule(2.0, 1, seed=1) == [0.0]
+
+
+def test_the_clients_lag_and_the_achieved_rate_are_summarized():
+    recs = [{**rec, "scheduled_s": i * 0.5, "sent_s": i * 0.5 + lag}
+            for i, (rec, lag) in enumerate(zip(records(4, 0), (0.001, 0.002, 0.003, 0.2)))]
+    s = loadgen.summarize(recs, 4.0, {})
+    assert s["send_lag_p50_ms"] == pytest.approx(2.5)
+    assert s["send_lag_p99_ms"] == pytest.approx(194.09, rel=1e-3)
+    assert s["achieved_rate_rps"] == pytest.approx(3 / (1.5 + 0.2 - 0.001))
+    assert loadgen.summarize(records(3, 0), 1.0, {})["send_lag_p50_ms"] is None  # closed loop
 
 
 def test_only_a_local_server_is_loaded():
@@ -350,3 +370,12 @@ def test_a_rounds_percentile_prints_with_its_interval_or_its_failures():
     sec = loadview.summarize_load(synthetic_doc(fail_round=2), PLAN, STATS)
     floor = next(r for r in sec["table"] if r["rung"] == "floor")
     assert _fmt_ms_ci(floor["per_round"]["ttft_p99_ms"]).endswith(", 1 round(s) failed")
+
+
+def test_an_open_level_whose_client_fell_behind_is_flagged():
+    """Issue 43, item 3: the p99 send lag beyond half the mean gap means the rate named was not
+    the rate offered."""
+    row = {"kind": "open", "rate": 2.0, "pooled": {"send_lag_p99_ms": 260.0}}
+    assert loadview.client_behind(row) is True  # the gap is 500 ms
+    assert loadview.client_behind({**row, "pooled": {"send_lag_p99_ms": 20.0}}) is False
+    assert loadview.client_behind({"kind": "closed", "pooled": {}}) is None

@@ -23,7 +23,22 @@ def pooled(doc: Mapping[str, Any], rung: str, level: str) -> dict[str, Any] | No
     if not rows:
         return None
     recs = [r for r in doc["requests"] if r["rung"] == rung and r["level"] == level]
-    return loadgen.summarize(recs, sum(r["duration_s"] for r in rows), doc["spec"]["limits"])
+    out = loadgen.summarize(recs, sum(r["duration_s"] for r in rows), doc["spec"]["limits"])
+    # the rate a round's sends achieved is a round's own (send times start at each level's
+    # origin): their mean over rounds, never one rate over pooled sends
+    rates = [r["summary"].get("achieved_rate_rps") for r in rows]
+    rates = [x for x in rates if x is not None]
+    out["achieved_rate_rps"] = sum(rates) / len(rates) if rates else None
+    return out
+
+
+def client_behind(row: Mapping[str, Any]) -> bool | None:
+    """An open-loop level whose client fell behind its schedule: the p99 send lag is more than
+    half the mean gap (the rate offered was not the rate named; aiperf flags such levels)."""
+    lag, rate = (row.get("pooled") or {}).get("send_lag_p99_ms"), row.get("rate")
+    if row.get("kind") != "open" or lag is None or not rate:
+        return None
+    return lag > 500.0 / float(rate)
 
 
 def per_round(doc: Mapping[str, Any], rung: str, level: str, key: str) -> list[Any]:
@@ -84,6 +99,7 @@ def summarize_load(doc: Mapping[str, Any], plan: Mapping[str, Any],
                                            "itl_p50_ms", "itl_p90_ms", "itl_p99_ms",
                                            "output_tokens_per_s", "goodput_rps")},
                    "server_metrics": _metrics_peaks(doc, n, level)}
+            row["client_behind"] = client_behind(row)
             if lv["kind"] == "agent":
                 row["turns"] = _turns(doc, n, level)
                 agent.append(row)

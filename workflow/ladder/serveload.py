@@ -80,7 +80,8 @@ def run_level(srv: Server, lv: Mapping[str, Any], cfg: Mapping[str, Any], seed: 
     elif lv["kind"] == "open":
         work = loadgen.open_loop(srv.url, lv["level"], body, rate=lv["rate"],
                                  requests=cfg["requests"], seed=cell_seed(seed, "arrivals"),
-                                 timeout_s=timeout, max_s=max_s)
+                                 timeout_s=timeout, max_s=max_s,
+                                 burstiness=cfg.get("burstiness", 1.0))
     else:
         work = _agent(srv.url, lv, cfg["agent"], seed, timeout)
     (reqs, duration), seen = loadgen.run(
