@@ -290,7 +290,7 @@ def test_an_agent_resends_its_history_and_the_server_reuses_it(stand_in):
 
 # --- the report's view, on synthetic levels ------------------------------------------------------
 SPEC = {"n_prompt": 32, "n_gen": 8, "requests": 4, "limits": {"ttft_ms": 500, "tpot_ms": None},
-        "agent": {"enabled": False}}
+        "agent": {"enabled": False}, "request_timeout_s": 60}
 STATS = {"confidence": 0.95, "bootstrap_resamples": 200, "seed": 1,
          "threshold": {"prefill": 0.05, "decode": 0.03}}
 PLAN = {"ladder_order": ["floor", "fast"], "control": "control", "twin": "fast"}
@@ -338,14 +338,22 @@ def test_the_report_judges_latency_per_level_like_a_cell():
                for w in words)
 
 
-def test_a_round_whose_percentile_failed_gives_no_value_but_stays_counted():
+def test_a_round_whose_percentile_failed_counts_as_the_timeout_never_dropped():
+    """Issue 43, item 2: the failed round enters the paired judgement at the request timeout
+    (the least its failed requests' latency can be), not left out."""
     sec = loadview.summarize_load(synthetic_doc(fail_round=2), PLAN, STATS)
     floor = next(r for r in sec["table"] if r["rung"] == "floor")
     assert floor["pooled"]["requests"] == 16 and floor["pooled"]["failed"] == 4
     assert floor["per_round"]["ttft_p99_ms"]["failed_rounds"] == 1
-    assert floor["per_round"]["ttft_p99_ms"]["n"] == 3
+    assert floor["per_round"]["ttft_p99_ms"]["n"] == 3  # the printed figure: finite rounds
     cell = next(c for c in sec["cells"] if c["metric"] == "ttft_p99_ms")["cell"]
-    assert cell["vs_floor"][0]["ratio"]["n"] == 3  # paired over the rounds both have
+    step = cell["vs_floor"][0]
+    assert step["ratio"]["n"] == 4  # every round paired, the failed one at 60 s
+    per_round = sorted(step["ratio"]["per_round"])
+    assert per_round[-1] > 500 and per_round[0] < 15  # the failed round: 60 s against 0.1 s
+    ok = loadview.summarize_load(synthetic_doc(), PLAN, STATS)
+    ok_step = next(c for c in ok["cells"] if c["metric"] == "ttft_p99_ms")["cell"]["vs_floor"][0]
+    assert step["ratio"]["estimate"] > ok_step["ratio"]["estimate"]  # the failure counts
 
 
 def test_levels_slots_and_context_follow_the_config():
@@ -356,7 +364,7 @@ def test_levels_slots_and_context_follow_the_config():
         "c1", "c4", "r0.5", "agent-cache", "agent-nocache"]
     assert serveload.slots_for(cfg) == 4
     assert serveload.ctx_for(cfg) == 4 * (3 * (64 + 8) + 16)
-    assert math.isclose(loadgen.poisson_schedule(0.5, 2, 1)[0], 0.0)
+    assert math.isclose(loadgen.arrival_schedule(0.5, 2, 1)[0], 0.0)
 
 
 def test_a_rounds_percentile_prints_with_its_interval_or_its_failures():

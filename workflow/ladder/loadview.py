@@ -51,15 +51,24 @@ def metric_cell(doc: Mapping[str, Any], level: str, key: str, ladder: Sequence[s
                 ) -> dict[str, Any]:
     """One level's metric judged like a bench cell: per round and rung the latency as a rate
     (1000 / ms, so "faster" means lower latency), paired across rungs within rounds. A round in
-    which a rung's percentile is "failed" (infinite) gives that rung no value there."""
+    which a rung's percentile is "failed" (its failed requests reach it) counts as the request
+    timeout, the least a failed request's latency can be (censored: a conservative worst
+    value); it is never dropped, so a rung that times out is not judged on its good rounds
+    only."""
+    timeout_ms = 1000.0 * float(doc["spec"].get("request_timeout_s") or 0) or None
     samples = []
     for r in doc["levels"]:
         v = r["summary"].get(key) if r["level"] == level else None
+        censored = v == loadgen.FAILED and timeout_ms is not None
+        if censored:
+            v = max(timeout_ms, *(x["summary"][key] for x in doc["levels"]
+                                  if x["level"] == level and isinstance(x["summary"].get(key),
+                                                                        (int, float))))
         if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
             continue
         samples.append({"rung": r["rung"], "round": r["round"], "order": r["order"],
                         "warmup": False, "build_key": r["build_key"],
-                        "tokens_per_s": 1000.0 / v})
+                        "tokens_per_s": 1000.0 / v, "censored": censored})
     phase = JUDGED[key]
     spec = {"n_prompt": doc["spec"]["n_prompt"], "n_gen": 0} if phase == "prefill" else \
         {"n_prompt": 0, "n_gen": doc["spec"]["n_gen"]}
