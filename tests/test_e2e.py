@@ -840,6 +840,7 @@ def test_serving_under_load_per_request_records(report, run_dir):
     assert all(r["check"]["cache_n"] == 0 for r in later if r["level"] == "agent-nocache")
     md = (run_dir / HOST / "report" / "ladder.md").read_text()
     assert "### Serving under load (llama-server)" in md and "goodput req/s" in md
+    assert "is read between the two largest of them (in effect the max of" in md
     assert re.search(r"Server cross-check \(each request against the server's own `timings`\): "
                      r"\d+ requests checked; 0 with a token count other than", md)
     assert "a round's p99 TTFT ms (95 % CI)" in md
