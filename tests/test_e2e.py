@@ -841,6 +841,8 @@ def test_serving_under_load_per_request_records(report, run_dir):
     md = (run_dir / HOST / "report" / "ladder.md").read_text()
     assert "### Serving under load (llama-server)" in md and "goodput req/s" in md
     assert "is read between the two largest of them (in effect the max of" in md
+    assert re.search(r"Offered load \(open loop\): `r4` `floor` 4\.00/s named, [\d.]+/s sent, "
+                     r"the client's send lag p50 / p99 [\d.]+ / [\d.]+ ms", md), md[-3000:]
     assert re.search(r"Server cross-check \(each request against the server's own `timings`\): "
                      r"\d+ requests checked; 0 with a token count other than", md)
     assert "a round's p99 TTFT ms (95 % CI)" in md
