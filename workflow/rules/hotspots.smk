@@ -53,8 +53,9 @@ rule vendor_tests:
         raw=directory(paths.beside("vendor_tests", ".raw")),
     log:
         "logs/{host}/kernels/{rung}.vendor.log",
-    # an emulated host's suite (one core, one googletest shard) starts with the first jobs: it
-    # ran last, on both cores, while the last quality job left one idle (CI, 2026-12-06: 3.7 min)
+    # an emulated host's suite (one core, one googletest shard) starts with the first jobs
+    # (after the quality chain): it ran last, on both cores, while the last quality job left
+    # one idle (CI, 2026-12-06: 3.7 min)
     priority: 2
     conda:
         "../../envs/ladder.yaml"

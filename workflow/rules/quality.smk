@@ -20,6 +20,9 @@ rule quality:
         raw=paths.beside("quality", ".log"),
     log:
         "logs/{host}/quality/{model}/{quant}/{rung}.log",
+    # first of all: the floor's logits, then every rung's KL pass, is an emulated host's longest
+    # chain (CI, 2026-12-06: 210 s then 250 s, started last behind the dispatch jobs)
+    priority: 3
     conda:
         "../../envs/ladder.yaml"
     threads: run_threads
