@@ -123,12 +123,13 @@ def test_the_cache_table_reads_a_real_cache(tmp_path):
 
 @pytest.mark.skipif(shutil.which("ccache") is None or shutil.which("cc") is None,
                     reason="ccache or cc missing")
-def test_two_sources_share_the_objects_of_their_unchanged_files(tmp_path):
+def test_two_sources_share_the_objects_of_their_unchanged_files(tmp_path, monkeypatch):
     """Each build mirrors its tree beside its build dir (hard links) and names its own folder
     ccache's base dir: two sources that differ in one file compile only that file again, from
     anywhere (a patched tree, another commit, a bisection's probe)."""
-    from ladder.build import build_tree
+    from ladder.build import CCACHE_HOME_ENV, build_tree
 
+    monkeypatch.delenv(CCACHE_HOME_ENV, raising=False)  # this test's own, empty cache
     cache = tmp_path / "cache"
     for name, body in (("a", "2"), ("b", "3")):
         src = tmp_path / "sources" / name / "tree"
