@@ -54,7 +54,6 @@ from ladder.targets import load_config
 ROOT = Path(__file__).resolve().parents[2]
 HOST = "local"
 FORMAT = "ladder-bisect/1"
-SIDES = ("good side", "bad side", "between", "unplaced")
 
 
 @dataclass(frozen=True)

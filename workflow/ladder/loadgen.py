@@ -205,13 +205,14 @@ def arrival_schedule(rate: float, requests: int, seed: int,
     if requests <= 1:
         return [0.0] * requests
     span = (requests - 1) / rate
-    if burstiness is None:
-        return [i * span / (requests - 1) for i in range(requests)]
-    rng = np.random.default_rng(seed)
-    gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=requests - 1)
-    times = np.concatenate([[0.0], np.cumsum(gaps)])
-    return [float(t) for t in times * (span / times[-1])] if times[-1] > 0 else \
-        [i * span / (requests - 1) for i in range(requests)]
+    times = np.arange(requests, dtype=float)  # evenly spaced: a constant rate
+    if burstiness is not None:
+        gaps = np.random.default_rng(seed).gamma(shape=burstiness,
+                                                 scale=1.0 / (rate * burstiness),
+                                                 size=requests - 1)
+        if gaps.sum() > 0:
+            times = np.concatenate([[0.0], np.cumsum(gaps)])
+    return [float(t) for t in times * (span / times[-1])]
 
 
 async def open_loop(url: str, level: str, body: Body, *, rate: float, requests: int, seed: int,

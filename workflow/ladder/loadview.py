@@ -56,14 +56,15 @@ def metric_cell(doc: Mapping[str, Any], level: str, key: str, ladder: Sequence[s
     value); it is never dropped, so a rung that times out is not judged on its good rounds
     only."""
     timeout_ms = 1000.0 * float(doc["spec"].get("request_timeout_s") or 0) or None
+    finite = [x["summary"][key] for x in doc["levels"]
+              if x["level"] == level and isinstance(x["summary"].get(key), (int, float))]
+    worst = max([timeout_ms, *finite]) if timeout_ms is not None else None
     samples = []
     for r in doc["levels"]:
         v = r["summary"].get(key) if r["level"] == level else None
-        censored = v == loadgen.FAILED and timeout_ms is not None
+        censored = v == loadgen.FAILED and worst is not None
         if censored:
-            v = max(timeout_ms, *(x["summary"][key] for x in doc["levels"]
-                                  if x["level"] == level and isinstance(x["summary"].get(key),
-                                                                        (int, float))))
+            v = worst
         if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
             continue
         samples.append({"rung": r["rung"], "round": r["round"], "order": r["order"],
