@@ -7,4 +7,5 @@ from ladder.model import fetch, model_file
 
 run_step(snakemake, lambda: fetch(snakemake.wildcards.model, snakemake.params.spec,
                                   dest=model_file(snakemake.output.meta, snakemake.wildcards.model), meta_out=snakemake.output.meta,
-                                  site_dir=snakemake.params.site))
+                                  site_dir=snakemake.params.site,
+                                  parent_meta=snakemake.input.get("parent")))

@@ -8,5 +8,6 @@ from ladder.model import model_file, quantize
 run_step(snakemake, lambda: quantize(
     base_meta=snakemake.input.base, quant=snakemake.wildcards.quant,
     quantizer_provenance=snakemake.input.quantizer, dest=model_file(snakemake.output.meta),
-    meta_out=snakemake.output.meta, log=snakemake.log[0], threads=snakemake.threads,
+    meta_out=snakemake.output.meta, log=snakemake.log[0],
+    threads=len(os.sched_getaffinity(0)),  # every CPU it may run on (common.smk quantize_threads)
 ))

@@ -297,3 +297,19 @@ def test_emulator_models_are_checked_before_any_job(default_config):
     with pytest.raises(LadderError, match=r"emulation.cpu_models.x.emulator: 'qemu-12' is not"):
         start_up(cfg, Path(__file__).resolve().parents[1] / "workflow" / "schemas" /
                  "config.schema.yaml")
+
+
+def test_an_emulated_host_runs_only_the_models_it_is_given(default_config):
+    """emulation.models picks the models an emulated host runs (a cut model keeps the lane's
+    minutes down); real hosts keep every model."""
+    import copy
+
+    cfg = copy.deepcopy(default_config)
+    base = cfg["models"]["gemma3-270m"]
+    cfg["models"]["small"] = {"kind": "cut", "from": "gemma3-270m", "vocab": 16384,
+                              "sha256": "0" * 64, "quant": base["quant"], "derive": ["Q4_0"]}
+    cfg["emulation"]["models"] = ["small"]
+    plan = _emulated_plan(cfg, "sme2", ["asimddp", "i8mm", "sve", "sme", "sme2"], [])
+    assert {m for m, _ in plan.model_quants()} == {"small"}
+    assert plan.config["emulation"]["models"] == ["small"]
+    assert emulation.effective_settings(plan.config, emulated=False)["models"] is None

@@ -18,6 +18,7 @@ from ladder.cost import host_price
 from ladder.errors import LadderError
 from ladder.hosts import Host
 from ladder.kernels import load_families
+from ladder.model import check_models
 from ladder.protocol import threshold_for
 from ladder.quality import check_settings
 from ladder.recipes import Rung, quantizer_recipe, rungs_from_config
@@ -124,6 +125,7 @@ def check_config(config: Mapping[str, Any], hosts: list[Host]) -> None:
             f"missing tools: {', '.join(missing)} not on PATH "
             "(as root: apt-get install -y cmake ninja-build g++ ccache)"
         )
+    check_models(config)
     check_quants(config, config["measure"].get("quants"), "measure.quants")
     m = config["measure"]  # a start-up error, not one per bench job
     check_repetitions(m.get("repetitions", 1), int(m.get("warmup_rounds", 1)),

@@ -75,7 +75,7 @@ def effective_settings(config: Mapping[str, Any], emulated: bool) -> dict[str, A
     quality = dict(config.get("quality") or {})
     dispatch = {k: v for k, v in (config.get("dispatch") or {}).items() if k != "must_dispatch"}
     out: dict[str, Any] = {
-        "quants": config["measure"].get("quants"),
+        "quants": config["measure"].get("quants"), "models": None,
         "throughput": True, "serving": True,
         "bandwidth": bool(config["report"]["bandwidth_probe"]["enabled"]),
         "quality": quality, "dispatch": dispatch,
@@ -101,8 +101,9 @@ def effective_settings(config: Mapping[str, Any], emulated: bool) -> dict[str, A
         dispatch["workloads"] = emd["workloads"]
     quality = {**quality, **(em.get("quality") or {})}
     quality["timeout_s"] = max(float(quality["timeout_s"]), timeout)
-    out.update(quants=em.get("quants") or out["quants"], throughput=False, serving=False,
-               bandwidth=False, hotspots=False, kernel_tests=False, quality=quality, dispatch=dispatch,
+    out.update(quants=em.get("quants") or out["quants"], models=em.get("models"),
+               throughput=False, serving=False, bandwidth=False, hotspots=False,
+               kernel_tests=False, quality=quality, dispatch=dispatch,
                dispatch_threads=list(emd.get("threads") or out["dispatch_threads"]),
                dispatch_toggle=bool(emd["toggle"]),
                dispatch_sme_caps=[int(c) for c in emd.get("sme_caps") or []],

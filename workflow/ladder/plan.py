@@ -204,8 +204,11 @@ class Plan:
     def model_quants(self) -> list[tuple[str, str]]:
         wanted = self.settings["quants"]
         wanted_l = {q.lower() for q in wanted} if wanted else None
+        models = self.settings.get("models")
         out = []
         for m, spec in self.config["models"].items():
+            if models and m not in models:
+                continue
             for q in [spec["quant"], *spec.get("derive", [])]:
                 if wanted_l is None or q.lower() in wanted_l:
                     out.append((m, q.lower()))

@@ -212,6 +212,15 @@ def threads_of(name):
     return h.cpus if h.remote else workflow.cores
 
 
+def quantize_threads(wildcards):
+    """Cores a quantization reserves: one on this machine, where it uses every CPU it may run on
+    (scripts/quantize.py). It is no measurement and never runs beside one (those reserve every
+    core); reserving both cores held the emulated lane up (CI sim 2026-12-06: a 1-s quantize
+    waited 4 min behind KleidiAI's one-core test suite, and every QEMU job waited behind it).
+    A SLURM host's job: the CPUs it asks for."""
+    return threads_of(QUANTIZE_HOST) if host(QUANTIZE_HOST).remote else 1
+
+
 def host_threads(wc):
     return threads_of(_host_of(wc))
 
@@ -311,6 +320,14 @@ def model_meta(model, quant):
     return ancient(
         f"{model_dir(model)}/{host_plan(QUANTIZE_HOST).quantizer_key}/{quant}.json"
     )
+
+
+def cut_from(wildcards):
+    """A cut model's input: the meta JSON of the model it is cut from (none for a fetch)."""
+    spec = config["models"][wildcards.model]
+    if spec["kind"] != "cut":
+        return {}
+    return {"parent": ancient(f"{model_dir(spec['from'])}/base.json")}
 
 
 def checked_model_spec(wildcards):

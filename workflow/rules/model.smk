@@ -1,6 +1,8 @@
 # The .gguf beside each meta JSON is not a declared output: Snakemake would delete it before a
 # rerun, and a fetch or quantization that finds it present with the right hash leaves it alone.
 rule fetch_model:
+    input:
+        unpack(cut_from),
     output:
         meta=f"{R}/models/{{model}}/{{model_sha}}/base.json",
     log:
@@ -28,7 +30,7 @@ rule quantize:
         "benchmarks/quantize/{model}-{model_sha}-{build_key}-{quant}.tsv"
     conda:
         "../../envs/ladder.yaml"
-    threads: lambda wc: threads_of(QUANTIZE_HOST)
+    threads: quantize_threads
     resources:
         slurm_partition=lambda wc: HOSTS[QUANTIZE_HOST].partition or "",
         constraint=lambda wc: HOSTS[QUANTIZE_HOST].constraint,
