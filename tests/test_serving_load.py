@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import socket
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -77,6 +79,29 @@ def test_failed_requests_stay_in_every_denominator():
     assert s["requests_per_s"] == pytest.approx(0.3)  # completed / duration
     assert s["good"] == 3 and s["good_share"] == pytest.approx(0.75)  # of all sent
     assert json.loads(json.dumps(s)) == s  # no infinity in the JSON
+
+
+def test_success_only_percentiles_sit_beside_the_adjusted_ones():
+    """Issue 43, item 2: vLLM's percentiles over the completed requests beside aiperf's, which
+    count the failures as infinitely slow."""
+    s = loadgen.summarize(records(3, 1, ttft_s=0.5), 10.0, {})
+    assert s["ttft_p99_ms"] == "failed" and s["ttft_ok_p99_ms"] == pytest.approx(500)
+    assert s["e2el_ok_p50_ms"] == pytest.approx(600)
+    none_ok = loadgen.summarize(records(0, 2), 10.0, {})
+    assert none_ok["ttft_ok_p50_ms"] is None and none_ok["ttft_p50_ms"] == "failed"
+    # without failures the two agree
+    clean = loadgen.summarize(records(5, 0), 10.0, {})
+    assert all(clean[f"ttft_ok_p{q}_ms"] == clean[f"ttft_p{q}_ms"] for q in (50, 90, 99))
+
+
+def test_the_load_section_lists_success_only_percentiles_where_rows_failed():
+    from ladder.render import _fmt_ms
+
+    sec = loadview.summarize_load(synthetic_doc(fail_round=2), PLAN, STATS)
+    (row,) = sec["success_only"]  # the floor's row; the others completed every request
+    assert (row["rung"], row["completed"], row["requests"]) == ("floor", 12, 16)
+    assert _fmt_ms(row["ttft_ok_p99_ms"]) != "failed" and row["ttft_ok_p99_ms"] > 900
+    assert loadview.summarize_load(synthetic_doc(), PLAN, STATS)["success_only"] == []
 
 
 def test_a_percentile_is_failed_only_when_the_failures_reach_it():
@@ -387,3 +412,20 @@ def test_an_open_level_whose_client_fell_behind_is_flagged():
     assert loadview.client_behind(row) is True  # the gap is 500 ms
     assert loadview.client_behind({**row, "pooled": {"send_lag_p99_ms": 20.0}}) is False
     assert loadview.client_behind({"kind": "closed", "pooled": {}}) is None
+
+
+def test_the_report_prints_success_only_percentiles_beside_the_table(tmp_path):
+    from ladder.render import render_all
+
+    fixture = Path(__file__).parent / "fixtures" / "report-default" / "ladder.json"
+    doc = json.loads(fixture.read_text())
+    doc["serving"]["load"] = loadview.summarize_load(synthetic_doc(fail_round=2), PLAN, STATS)
+    src = tmp_path / "ladder.json"
+    src.write_text(json.dumps(doc))
+    paths = render_all(src, tmp_path / "out", workdir=tmp_path)
+    md, html = Path(paths["md"]).read_text(), Path(paths["html"]).read_text()
+    assert re.search(r"Success-only percentiles \(vLLM's: over the completed requests; the table "
+                     r"counts the others as infinitely slow, as aiperf does\): `c1` `floor` "
+                     r"\(12 of 16 completed\) TTFT p50 / p90 / p99 [\d.]+ / [\d.]+ / [\d.]+ ms",
+                     md), md[md.find("Serving under load"):][:3000]
+    assert 'id="load-success-only"' in html and "(12 of 16 completed)" in html

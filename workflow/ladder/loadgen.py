@@ -15,7 +15,9 @@ Per request (client clock, ``time.perf_counter``):
 
 A level's throughput is over its duration (first send to last completion). A failed or timed-out
 request stays in every denominator: it counts as infinitely slow in the TTFT, TPOT and E2EL
-percentiles (a p99 with over 1 % failures reads "failed") and never meets a goodput limit.
+percentiles (a p99 with over 1 % failures reads "failed": aiperf's adjusted percentiles) and
+never meets a goodput limit. Beside them, ``<metric>_ok_p<q>_ms`` are vLLM's success-only
+percentiles, over the completed requests.
 """
 
 from __future__ import annotations
@@ -306,9 +308,11 @@ def summarize(records: Sequence[Mapping[str, Any]], duration_s: float,
         # no TPOT) is left out of that metric only
         vals = [math.inf if r["status"] != "ok" else r[key] for r in records
                 if r["status"] != "ok" or r[key] is not None]
+        fin = [v for v in vals if math.isfinite(v)]
         for q in PERCENTILES:
             out[f"{key[:-3]}_p{q}_ms"] = _pct(vals, q)
-        fin = [v for v in vals if math.isfinite(v)]
+            # vLLM's: over the completed requests only (what a level's survivors saw)
+            out[f"{key[:-3]}_ok_p{q}_ms"] = float(np.percentile(fin, q)) if fin else None
         out[f"{key[:-3]}_mean_ms"] = float(np.mean(fin)) if fin else None
     itl = [g for r in records for g in r["itl_ms"]]
     for q in PERCENTILES:

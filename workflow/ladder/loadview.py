@@ -123,7 +123,8 @@ def summarize_load(doc: Mapping[str, Any], plan: Mapping[str, Any],
     return {"experiment": "load", "threads": doc["threads"], "quant": doc["quant"],
             "spec": doc["spec"], "slots": doc["slots"], "cpus": doc.get("cpus"),
             "client_cpus": doc.get("client_cpus"), "rounds": doc["rounds"],
-            "table": table, "cells": cells, "agent": agent, "cache_lever": _cache_lever(
+            "table": table, "success_only": success_only(table), "cells": cells,
+            "agent": agent, "cache_lever": _cache_lever(
                 doc, names, stats_cfg) if any(lv["kind"] == "agent"
                                               for lv in doc["levels_planned"]) else [],
             "rung_status": doc["rungs"], "method": doc["method"],
@@ -134,8 +135,25 @@ DEFINITIONS = ("TTFT: request sent to first streamed token; TPOT: (end to end - 
                "tokens - 1); ITL: every gap between streamed tokens; E2EL: sent to last chunk "
                "(vLLM's definitions, client clock). Throughput and goodput over the level's "
                "duration; goodput counts requests that completed within every configured limit. "
-               "A failed or timed-out request counts as infinitely slow in the percentiles and "
-               "never as good.")
+               "A failed or timed-out request counts as infinitely slow in the percentiles "
+               "(aiperf's adjusted percentiles) and never as good; where a row has failures, "
+               "vLLM's success-only percentiles (over the completed requests) are listed below "
+               "the table.")
+
+
+def success_only(table: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with failed, timed-out or unsent requests, with their success-only (vLLM's)
+    percentiles: beside the adjusted ones, what the requests that completed saw."""
+    out = []
+    for r in table:
+        p = r["pooled"]
+        if p["completed"] == p["requests"]:
+            continue
+        out.append({"level": r["level"], "rung": r["rung"], "completed": p["completed"],
+                    "requests": p["requests"],
+                    **{f"{m}_ok_p{q}_ms": p.get(f"{m}_ok_p{q}_ms")
+                       for m in ("ttft", "tpot", "e2el") for q in loadgen.PERCENTILES}})
+    return out
 
 
 def _metrics_peaks(doc: Mapping[str, Any], rung: str, level: str) -> dict[str, Any]:

@@ -610,6 +610,14 @@ def vendor_test_timeout(wildcards):
     return host_plan(wildcards.host).kernel_test_settings()["vendor"]["timeout_s"]
 
 
+def rung_builder_known(wildcards):
+    """No files: a rung's build may be another host's (emulated hosts share cross builds), and
+    naming that host (build_host) waits for the facts of the hosts before it, as the build does
+    (builder_known): a parameter may not wait for a checkpoint, an input may."""
+    build_host(host_plan(wildcards.host).build_keys[wildcards.rung])
+    return []
+
+
 def vendor_test_ccache(wildcards):
     """The rung's own build's compiler cache (the suite compiles the same kernels)."""
     if not config["build"]["ccache"]:

@@ -48,6 +48,7 @@ rule kernel_tests:
 rule vendor_tests:
     input:
         build=rung_provenance,
+        builder=rung_builder_known,
     output:
         json=paths.pattern("vendor_tests"),
         raw=directory(paths.beside("vendor_tests", ".raw")),
