@@ -75,3 +75,39 @@ def test_cells_taken_with_another_round_statistic_are_not_compared():
     assert not doc["rows"]
     assert {"round statistic (llama-bench repetitions and how a round is taken)"} == \
         {d for nc in doc["not_comparable"] for d in nc["differ"]}
+
+
+def test_a_serving_regression_under_load_fails_the_gate():
+    """Issue 43, item 5: the load section's judged metrics are compared like cells (NEW/BASE of
+    the per-round values, Welch), and a called slowdown is a ``slower`` finding."""
+    from test_serving_load import PLAN, STATS, synthetic_doc
+
+    from ladder.loadview import summarize_load
+
+    base = compare.load_report(str(REPORT))
+    base.setdefault("serving", {})["load"] = summarize_load(synthetic_doc(), PLAN, STATS)
+    same = copy.deepcopy(base)
+    new = copy.deepcopy(base)
+    new["serving"]["load"] = summarize_load(synthetic_doc(fast_ttft=0.2), PLAN, STATS)
+    result = compare.compare(base, new)
+    rows = {(r["cell"], r["rung"]): r for r in result["load_rows"]}
+    slow = rows[("load c1 p99 TTFT", "fast")]
+    assert slow["call"] == "slower" and 0.4 < slow["ratio"]["estimate"] < 0.6, slow
+    assert rows[("load c1 p99 TTFT", "floor")]["call"] != "slower"
+    failed = compare.gate(result, ["slower"])
+    assert any(f.startswith("slower: load c1 p99 TTFT fast: ") for f in failed), failed
+    md, html = compare.render(result)
+    assert "## Serving under load" in md and "| c1 p99 TTFT | `fast` |" in md
+    assert 'id="load-rows"' in html
+    # the same run against itself: nothing called slower
+    assert not [f for f in compare.gate(compare.compare(base, same), ["slower"])
+                if f.startswith("slower: load")]
+    # another load spec is not compared, and said so
+    other = copy.deepcopy(new)
+    other["serving"]["load"]["spec"] = {**other["serving"]["load"]["spec"], "n_prompt": 64}
+    res = compare.compare(base, other)
+    assert res["load_rows"] == [] and {"cell": "serving under load", "differ": ["n_prompt"]} \
+        in res["not_comparable"]
+    # measured in one run only
+    del other["serving"]["load"]
+    assert compare.compare(base, other)["only_in"]["BASE"][-1] == "serving under load"

@@ -321,12 +321,13 @@ STATS = {"confidence": 0.95, "bootstrap_resamples": 200, "seed": 1,
 PLAN = {"ladder_order": ["floor", "fast"], "control": "control", "twin": "fast"}
 
 
-def synthetic_doc(fail_round: int | None = None) -> dict:
-    """Three rungs x 4 rounds x one level: the floor's TTFT ~10x the others'; in
-    ``fail_round`` the floor's requests all fail."""
+def synthetic_doc(fail_round: int | None = None, fast_ttft: float = 0.1) -> dict:
+    """Three rungs x 4 rounds x one level: the floor's TTFT ~10x the others' (``fast_ttft`` s,
+    the control's stays 0.1 s); in ``fail_round`` the floor's requests all fail."""
     levels, requests = [], []
     for rnd in range(4):
-        for pos, (rung, ttft) in enumerate((("floor", 1.0), ("fast", 0.1), ("control", 0.1))):
+        for pos, (rung, ttft) in enumerate((("floor", 1.0), ("fast", fast_ttft),
+                                            ("control", 0.1))):
             jitter = 1 + 0.02 * ((rnd * 7 + pos * 3) % 5 - 2)
             recs = []
             for i in range(SPEC["requests"]):

@@ -17,6 +17,12 @@ directory) and prints the Markdown. ``--fail-on`` makes it exit 3 when a selecte
 change is found, naming the cells: ``slower`` (a called slowdown), ``lost-dispatch`` (a cell
 DISPATCHED/HYBRID in BASE that is not in NEW), ``new-drift`` (a drift flag NEW has and BASE
 had not), ``lost-claim`` (an evidence claim credited in BASE, not in NEW).
+
+Serving under load is compared the same way where both runs measured it with the same load
+spec: per level, judged metric (p50/p99 TTFT and TPOT, as rates: "slower" means a higher
+latency) and rung, NEW/BASE of the runs' per-round values (a failed round at the request
+timeout, as in each run's own judgement), against the larger of the two runs' noise floors. A
+called slowdown there is a ``slower`` finding too, so a serving regression fails the gate.
 """
 
 from __future__ import annotations
@@ -101,6 +107,65 @@ def _not_comparable(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     return why
 
 
+def _judged_row(where: str, rung: str, rb: Mapping[str, Any], rn: Mapping[str, Any],
+                floor: float | None, confidence: float) -> dict[str, Any]:
+    """One rung of one cell in both runs: NEW/BASE of their per-round values, Welch."""
+    r = stats.unpaired_ratio_ci(rb["round_means"], rn["round_means"], confidence)
+    v = stats.verdict(r, floor)
+    return {"cell": where, "rung": rung, "base_median": rb.get("median"),
+            "new_median": rn.get("median"), "ratio": asdict(r), "floor": floor,
+            "call": v.call, "text": v.text.replace("paired rounds", "rounds"), "changes": []}
+
+
+def _floor(b: Mapping[str, Any], n: Mapping[str, Any]) -> float | None:
+    floors = [b["noise_floor"].get("floor"), n["noise_floor"].get("floor")]
+    return None if None in floors else max(floors)  # type: ignore[type-var]
+
+
+LOAD_SPEC = ("n_prompt", "n_gen", "requests", "request_timeout_s", "limits", "rates",
+             "concurrency", "burstiness", "server_args")
+
+
+def _load(doc: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    return (doc.get("serving") or {}).get("load") or None
+
+
+def compare_load(base: Mapping[str, Any], new: Mapping[str, Any], confidence: float,
+                 names: tuple[str, str]) -> dict[str, Any]:
+    """The serving-under-load cells of two runs (``compare``'s rows for them, and what is not
+    comparable or measured in one run only)."""
+    lb, ln = _load(base), _load(new)
+    out: dict[str, Any] = {"rows": [], "not_comparable": [], "only_in": {}, "slower": []}
+    if lb is None or ln is None:
+        for name, ld in zip(names, (lb, ln)):
+            if ld is not None:
+                out["only_in"][name] = ["serving under load"]
+        return out
+    why = [k for k in LOAD_SPEC if (lb["spec"] or {}).get(k) != (ln["spec"] or {}).get(k)]
+    why += [k for k in ("quant", "threads", "slots") if lb.get(k) != ln.get(k)]
+    if why:
+        out["not_comparable"].append({"cell": "serving under load", "differ": why})
+        return out
+    cb = {(c["level"], c["label"]): c["cell"] for c in lb.get("cells") or []}
+    cn = {(c["level"], c["label"]): c["cell"] for c in ln.get("cells") or []}
+    for key in [k for k in cb if k in cn]:
+        b, n = cb[key], cn[key]
+        where = f"load {key[0]} {key[1]}"
+        for rung in [r for r in b["rungs"] if r in n["rungs"]]:
+            rb, rn = b["rungs"][rung], n["rungs"][rung]
+            if not rb.get("round_means") or not rn.get("round_means"):
+                out["rows"].append({"cell": where, "rung": rung, "ratio": None,
+                                    "call": "not measured",
+                                    "text": "not measured in both runs"})
+                continue
+            row = _judged_row(where, rung, rb, rn, _floor(b, n), confidence)
+            row["unit"] = "per s (1000 / ms)"
+            out["rows"].append(row)
+            if row["call"] == "slower":
+                out["slower"].append(f"{where} {rung}: {row['text']}")
+    return out
+
+
 def compare(base: Mapping[str, Any], new: Mapping[str, Any], confidence: float = 0.95,
             base_name: str = "BASE", new_name: str = "NEW") -> dict[str, Any]:
     """Pure: two report documents in, the comparison out."""
@@ -122,8 +187,7 @@ def compare(base: Mapping[str, Any], new: Mapping[str, Any], confidence: float =
         if why:
             not_comparable.append({"cell": where, "differ": why})
             continue
-        floors = [b["noise_floor"].get("floor"), n["noise_floor"].get("floor")]
-        floor = None if None in floors else max(floors)  # type: ignore[type-var]
+        floor = _floor(b, n)
         phase = _phase(b)
         for rung in [r for r in b["rungs"] if r in n["rungs"]]:
             rb, rn = b["rungs"][rung], n["rungs"][rung]
@@ -134,14 +198,8 @@ def compare(base: Mapping[str, Any], new: Mapping[str, Any], confidence: float =
                 rows.append({"cell": where, "rung": rung, "ratio": None, "call": "not measured",
                              "text": "not measured in both runs (" + "; ".join(why) + ")"})
                 continue
-            r = stats.unpaired_ratio_ci(a_means, n_means, confidence)
-            v = stats.verdict(r, floor)
-            row: dict[str, Any] = {
-                "cell": where, "rung": rung, "base_median": rb.get("median"),
-                "new_median": rn.get("median"), "ratio": asdict(r), "floor": floor,
-                "call": v.call, "text": v.text.replace("paired rounds", "rounds"),
-                "changes": []}
-            if v.call == "slower":
+            row = _judged_row(where, rung, rb, rn, floor, confidence)
+            if row["call"] == "slower":
                 findings["slower"].append(f"{where} {rung}: {row['text']}")
             if phase:
                 dk = (rung, key[1], phase, key[3])
@@ -164,13 +222,18 @@ def compare(base: Mapping[str, Any], new: Mapping[str, Any], confidence: float =
                 if dn and not db:
                     findings["new-drift"].append(f"{where} {rung}: drift flagged in {new_name}")
             rows.append(row)
+    load = compare_load(base, new, confidence, (base_name, new_name))
+    findings["slower"] += load["slower"]
     only = {base_name: [" ".join(map(str, k)) for k in sorted(set(bcells) - set(ncells))],
             new_name: [" ".join(map(str, k)) for k in sorted(set(ncells) - set(bcells))]}
+    for name, what in load["only_in"].items():
+        only[name] += what
     return {
         "format": FORMAT,
         "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "base": _run_summary(base, base_name), "new": _run_summary(new, new_name),
-        "method": METHOD, "rows": rows, "not_comparable": not_comparable,
+        "method": METHOD, "rows": rows, "load_rows": load["rows"],
+        "not_comparable": not_comparable + load["not_comparable"],
         "only_in": only, "findings": {g: f for g, f in findings.items() if f},
     }
 
