@@ -159,7 +159,6 @@ def compare_load(base: Mapping[str, Any], new: Mapping[str, Any], confidence: fl
                                     "text": "not measured in both runs"})
                 continue
             row = _judged_row(where, rung, rb, rn, _floor(b, n), confidence)
-            row["unit"] = "per s (1000 / ms)"
             out["rows"].append(row)
             if row["call"] == "slower":
                 out["slower"].append(f"{where} {rung}: {row['text']}")

@@ -118,9 +118,8 @@ VOCAB_TENSORS = ("token_embd.weight", "output.weight")
 BYTE_TOKEN = 6  # llama.cpp's LLAMA_TOKEN_TYPE_BYTE
 
 
-def _check_vocab_cut(fields: Mapping[str, Any], vocab: int, where: str) -> int:
-    """The source's vocabulary size, once ``vocab`` is known to be a cut llama.cpp can load:
-    a SentencePiece vocabulary (text outside the kept pieces falls back to byte tokens), the
+def _check_vocab_cut(fields: Mapping[str, Any], vocab: int, where: str) -> None:
+    """``vocab`` is a cut llama.cpp can load: a SentencePiece vocabulary (text outside the kept pieces falls back to byte tokens), the
     byte tokens and every special token id kept."""
     tok_model = fields.get("tokenizer.ggml.model")
     kind = tok_model.contents() if tok_model else None
@@ -138,10 +137,9 @@ def _check_vocab_cut(fields: Mapping[str, Any], vocab: int, where: str) -> int:
         if name.startswith("tokenizer.ggml.") and name.endswith("_token_id") and (
                 int(field.contents()) >= vocab):
             raise LadderError(f"{where}.vocab: {vocab} cuts {name} ({field.contents()})")
-    return len(types)
 
 
-def _check_layer_cut(fields: Mapping[str, Any], arch: str, layers: int, where: str) -> int:
+def _check_layer_cut(fields: Mapping[str, Any], arch: str, layers: int, where: str) -> None:
     field = fields.get(f"{arch}.block_count")
     if field is None:
         raise LadderError(f"{where}.layers: the model has no {arch}.block_count")
@@ -153,7 +151,6 @@ def _check_layer_cut(fields: Mapping[str, Any], arch: str, layers: int, where: s
     if per_layer:  # per-block hyperparameters (e.g. head counts) would need the same cut
         raise LadderError(f"{where}.layers: the model has per-block settings "
                           f"({', '.join(per_layer)}); cutting blocks is not supported for it")
-    return n_layers
 
 
 def _kept_tensors(reader: Any, vocab: int | None, layers: int | None) -> list[tuple[Any, Any]]:
@@ -167,7 +164,7 @@ def _kept_tensors(reader: Any, vocab: int | None, layers: int | None) -> list[tu
 
 
 def cut_model(src: Path, dest: Path, vocab: int | None, layers: int | None,
-              where: str) -> dict[str, Any]:
+              where: str) -> None:
     """Write ``src`` cut down: only its first ``vocab`` tokens (the tokenizer's arrays, and the
     rows of the token embedding and of an untied output projection) and/or its first ``layers``
     blocks (``<arch>.block_count`` and the ``blk.N.*`` tensors). Every other key and tensor is
@@ -180,8 +177,10 @@ def cut_model(src: Path, dest: Path, vocab: int | None, layers: int | None,
     reader = gguf.GGUFReader(str(src))
     fields = reader.fields
     arch = str(fields["general.architecture"].contents())
-    n_vocab = _check_vocab_cut(fields, vocab, where) if vocab is not None else None
-    n_layers = _check_layer_cut(fields, arch, layers, where) if layers is not None else None
+    if vocab is not None:
+        _check_vocab_cut(fields, vocab, where)
+    if layers is not None:
+        _check_layer_cut(fields, arch, layers, where)
     with _partial(dest) as tmp:
         writer = gguf.GGUFWriter(str(tmp), arch=arch, endianess=reader.endianess)
         for name, field in fields.items():
@@ -208,8 +207,6 @@ def cut_model(src: Path, dest: Path, vocab: int | None, layers: int | None,
             writer.write_tensor_data(data, tensor_endianess=reader.endianess)
         writer.close()
         os.replace(tmp, dest)
-    return {"vocab": [n_vocab, vocab] if vocab is not None else None,
-            "layers": [n_layers, layers] if layers is not None else None}
 
 
 def _source_details(spec: Mapping[str, Any], kind: str) -> dict[str, Any]:
