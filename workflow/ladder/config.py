@@ -55,7 +55,9 @@ def drop_null_entries(config: Any, schema: Mapping[str, Any]) -> bool:
 
 
 def validate_config(config: MutableMapping[str, Any], schema_path: str | Path) -> None:
-    schema = yaml.safe_load(Path(schema_path).read_text())
+    # libyaml's loader where PyYAML has it: every workflow parse reads this schema
+    schema = yaml.load(Path(schema_path).read_text(),
+                       Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     problem = first_error(config, schema)
     if not problem and drop_null_entries(config, schema):
         problem = first_error(config, schema)  # e.g. every entry of a map dropped
