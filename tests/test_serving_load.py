@@ -287,6 +287,24 @@ def test_open_loop_sends_at_the_scheduled_times(stand_in):
         assert r.scheduled_s <= r.sent_s < r.scheduled_s + SLACK_MS / 1000
 
 
+def test_a_decided_probe_sends_no_more(stand_in):
+    """A capacity probe that can no longer pass ends early: once ``decided`` holds, the rest
+    are not sent (named), the ones in flight finish."""
+    _, url = stand_in
+
+    def decided(reqs) -> bool:
+        return sum(r.status == "ok" for r in reqs) >= 1  # e.g. its first request missed a limit
+
+    reqs, _ = loadgen.run(loadgen.open_loop(url, "capacity@2", body, rate=2.0, requests=4,
+                                            seed=1, timeout_s=10, max_s=30, decided=decided,
+                                            burstiness=None))
+    # one request takes about FIRST_S + 3 gaps, under the 0.5 s between sends
+    assert reqs[0].status == "ok"
+    assert [r.status for r in reqs[2:]] == ["not sent", "not sent"]
+    assert all(r.error == "the probe's outcome was decided" for r in reqs[2:])
+    assert reqs[1].status in ("ok", "not sent")
+
+
 @pytest.mark.parametrize("mode, status, error", [
     ("http500", "failed", "HTTP 500"),
     ("cut", "failed", ""),
@@ -430,3 +448,157 @@ def test_the_report_prints_success_only_percentiles_beside_the_table(tmp_path):
                      r"\(12 of 16 completed\) TTFT p50 / p90 / p99 [\d.]+ / [\d.]+ / [\d.]+ ms",
                      md), md[md.find("Serving under load"):][:3000]
     assert 'id="load-success-only"' in html and "(12 of 16 completed)" in html
+
+
+# --- serving capacity (issue 43, item 1) --------------------------------------------------------
+CAP = {"enabled": True, "target": 0.9, "requests": 8, "start_rps": 0.5, "min_rps": 0.125,
+       "max_rps": 16, "bisect": 2}
+
+
+def search(true_rps: float, **kw) -> tuple[dict, list[float]]:
+    """The search against a server that keeps every request within the limits up to
+    ``true_rps`` and none beyond: its result and the rates it probed, in order."""
+    tried: list[float] = []
+
+    def attains(rate: float) -> bool:
+        tried.append(rate)
+        return rate <= true_rps
+
+    args = {"start": 0.5, "min_rate": 0.125, "max_rate": 16.0, "bisect": 2, **kw}
+    return serveload.search_capacity(attains, **args), tried
+
+
+def test_capacity_is_found_by_doubling_then_bisecting():
+    found, tried = search(1.5)
+    assert tried[:3] == [0.5, 1.0, 2.0]  # doubling until a rate fails
+    assert [round(x, 3) for x in tried[3:]] == [1.414, 1.682]  # two geometric bisections
+    assert found["bound"] == "bracketed"
+    lo, hi = found["bracket"]
+    assert math.isclose(lo, math.sqrt(2)) and lo <= 1.5 < hi
+    assert math.isclose(hi / lo, loadview.resolution(CAP))  # resolved to 2^(1/4) = 1.19x
+    # a first rate that fails halves down instead
+    found, tried = search(0.3)
+    assert tried[:3] == [0.5, 0.25, 0.5 * 2 ** -0.5] and found["bracket"][0] <= 0.3
+
+
+def test_capacity_outside_the_search_is_named_as_a_bound():
+    below, tried = search(0.1)
+    assert tried == [0.5, 0.25, 0.125] and below["bound"] == "below"
+    assert below["capacity_rps"] is None and below["bracket"] == [None, 0.125]
+    above, tried = search(100.0)
+    assert tried == [0.5, 1, 2, 4, 8, 16] and above["bound"] == "above"
+    assert above["bracket"] == [16, None]
+    assert loadview._capacity_value(below) == (0.125, "below")  # an upper bound
+    assert loadview._capacity_value(above) == (16, "above")  # a lower bound
+
+
+def capacity_doc(caps: dict[str, list[float]]) -> dict:
+    """A load document with only capacity rows: each rung's search run against a server whose
+    capacity in round r is ``caps[rung][r]`` (8 requests per probe, all within the limits at
+    or below it, none above)."""
+    levels = []
+    for rnd in range(len(next(iter(caps.values())))):
+        for pos, (rung, per_round) in enumerate(caps.items()):
+            probes: list[dict] = []
+
+            def attains(rate: float, true: float = per_round[rnd]) -> bool:
+                good = 8 if rate <= true else 0
+                probes.append({"rate": rate, "requests": 8, "good": good,
+                               "attainment": good / 8, "passed": good == 8})
+                return good == 8
+
+            found = serveload.search_capacity(attains, start=0.5, min_rate=0.125,
+                                              max_rate=16.0, bisect=2)
+            levels.append({"level": "capacity", "kind": "capacity", "round": rnd, "order": pos,
+                           "rung": rung, "build_key": rung, "duration_s": 30.0, "summary": {},
+                           "capacity": {**found, "target": 0.9, "probes": probes}})
+    return {"quant": "q4_0", "threads": 2, "rounds": len(levels) // len(caps),
+            "spec": {**SPEC, "capacity": CAP}, "slots": 1,
+            "levels_planned": [{"level": "capacity", "kind": "capacity"}], "levels": levels,
+            "requests": [], "rungs": {n: {"status": "measured"} for n in caps},
+            "method": "synthetic"}
+
+
+PRICE = {"instance": "test-vm", "usd_per_hour": 0.10, "date": "2026-11-29", "source": "test"}
+
+
+def test_capacity_is_judged_across_rounds_with_the_searchs_resolution():
+    doc = capacity_doc({"floor": [0.6, 0.65, 0.6, 0.62], "fast": [2.6, 2.5, 2.7, 2.6],
+                        "control": [2.6, 2.55, 2.6, 2.7]})
+    cap = loadview.summarize_load(doc, PLAN, STATS, PRICE)["capacity"]
+    rungs = {r["rung"]: r for r in cap["rungs"]}
+    res = loadview.resolution(CAP)
+    floor, fast = rungs["floor"], rungs["fast"]
+    # a round's capacity is the highest rate that passed: at most the true one, within 1.19x
+    for r, true in zip(floor["rounds"], [0.6, 0.65, 0.6, 0.62]):
+        assert r["capacity_rps"] <= true < r["capacity_rps"] * res
+    assert fast["lo"] <= fast["estimate"] <= fast["hi"]
+    assert fast["hi"] >= 2.6  # widened by the resolution: the true capacities lie inside
+    step = cap["cell"]["vs_floor"][0]
+    assert step["rung"] == "fast" and step["verdict"]["call"] == "faster"
+    assert math.isclose(step["bias"], math.log(res))
+    assert 3.0 < step["ratio"]["estimate"] < 5.5
+    # cost at capacity: $/h over output tokens per hour (n_gen per request)
+    tps = fast["estimate"] * SPEC["n_gen"]
+    assert math.isclose(fast["usd_per_mtok"], 0.10 / (tps * 3600) * 1e6)
+    # the attainment curve: every probe pooled by rate, a Wilson interval on each share
+    curve = {p["rate"]: p for p in cap["curve"]["floor"]}
+    assert curve[0.5]["requests"] == 32 and curve[0.5]["attainment"] == 1.0  # every round
+    assert 0.85 < curve[0.5]["ci"][0] < 1.0 and curve[0.5]["ci"][1] == pytest.approx(1.0)
+    assert curve[1.0]["attainment"] == 0.0 and curve[1.0]["ci"][1] < 0.15
+    words = loadview.capacity_sentences(cap)
+    assert any(w.startswith("`fast` sustains") and "`floor`'s request rate at 90 % of requests "
+               "within TTFT ≤ 500 ms" in w and "by the search's resolution;" in w for w in words), words
+
+
+def test_a_difference_within_the_searchs_resolution_is_never_called():
+    """Two rungs one bisection step apart in every round (1.19x, nothing else differs): the
+    resolution carried by the test keeps it from being called faster."""
+    doc = capacity_doc({"floor": [1.0] * 4, "fast": [1.2] * 4, "control": [1.2] * 4})
+    cap = loadview.summarize_load(doc, PLAN, STATS)["capacity"]
+    step = cap["cell"]["vs_floor"][0]
+    assert step["ratio"]["estimate"] == pytest.approx(loadview.resolution(CAP))
+    assert step["verdict"]["call"] != "faster"
+    assert "usd_per_mtok" not in cap["rungs"][0] and cap["price"] is None
+
+
+def test_compare_gates_on_a_capacity_that_fell():
+    from ladder.compare import compare_load
+
+    before = capacity_doc({"floor": [0.6, 0.65, 0.6, 0.62], "fast": [2.6, 2.5, 2.7, 2.6],
+                           "control": [2.6, 2.55, 2.6, 2.7]})
+    after = capacity_doc({"floor": [0.6, 0.65, 0.6, 0.62], "fast": [0.6, 0.62, 0.6, 0.65],
+                          "control": [2.6, 2.55, 2.6, 2.7]})
+
+    def report(doc: dict) -> dict:
+        return {"serving": {"load": loadview.summarize_load(doc, PLAN, STATS)}}
+
+    out = compare_load(report(before), report(after), 0.95, ("BASE", "NEW"))
+    rows = {r["rung"]: r for r in out["rows"] if r["cell"] == "load capacity"}
+    assert rows["fast"]["call"] == "slower" and rows["floor"]["call"] != "slower"
+    assert any(s.startswith("load capacity fast: ") for s in out["slower"])
+    other = capacity_doc({"floor": [0.6] * 4, "fast": [2.6] * 4, "control": [2.6] * 4})
+    other["spec"] = {**other["spec"], "capacity": {**CAP, "target": 0.5}}
+    out = compare_load(report(before), report(other), 0.95, ("BASE", "NEW"))
+    assert {"cell": "serving capacity", "differ": ["target"]} in out["not_comparable"]
+
+
+def test_the_report_prints_each_rungs_capacity(tmp_path):
+    from ladder.render import render_all
+
+    fixture = Path(__file__).parent / "fixtures" / "report-default" / "ladder.json"
+    doc = json.loads(fixture.read_text())
+    load = capacity_doc({"floor": [0.6, 0.65, 0.6, 0.62], "fast": [2.6, 2.5, 2.7, 2.6],
+                         "control": [2.6, 2.55, 2.6, 2.7]})
+    sec = loadview.summarize_load(load, PLAN, STATS, PRICE)
+    sec["capacity_sentences"] = loadview.capacity_sentences(sec["capacity"])
+    doc["serving"]["load"] = sec
+    src = tmp_path / "ladder.json"
+    src.write_text(json.dumps(doc))
+    paths = render_all(src, tmp_path / "out", workdir=tmp_path)
+    md, html = Path(paths["md"]).read_text(), Path(paths["html"]).read_text()
+    part = md[md.find("#### Serving capacity"):]
+    assert part and "resolved to 1.19x" in part, md[md.find("Serving under load"):][:2000]
+    assert re.search(r"\| `fast` \| [\d.]+ \([\d.]+-[\d.]+\) \| [\d.]+, ", part)
+    assert "Priced at test-vm's $0.1/h" in part and "- `fast` sustains" in part
+    assert 'id="capacity-table"' in html and "serving_load_capacity" in html

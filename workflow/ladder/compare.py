@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -162,7 +163,48 @@ def compare_load(base: Mapping[str, Any], new: Mapping[str, Any], confidence: fl
             out["rows"].append(row)
             if row["call"] == "slower":
                 out["slower"].append(f"{where} {rung}: {row['text']}")
+    _compare_capacity(lb.get("capacity"), ln.get("capacity"), confidence, names, out)
     return out
+
+
+CAPACITY_SPEC = ("target", "limits", "requests_per_probe", "search")
+
+
+def _compare_capacity(cb: Mapping[str, Any] | None, cn: Mapping[str, Any] | None,
+                      confidence: float, names: tuple[str, str], out: dict[str, Any]) -> None:
+    """Each rung's serving capacity, NEW/BASE of the runs' per-round capacities (Welch), the
+    search's resolution carried as in the run (``loadview.capacity``): a capacity that fell is
+    a "slower" finding."""
+    if cb is None or cn is None:
+        for name, cap in zip(names, (cb, cn)):
+            if cap is not None:
+                out["only_in"].setdefault(name, []).append("serving capacity")
+        return
+    why = [k for k in CAPACITY_SPEC if cb.get(k) != cn.get(k)]
+    if why:
+        out["not_comparable"].append({"cell": "serving capacity", "differ": why})
+        return
+    bias = math.log(max(cb["resolution"], cn["resolution"]))
+    floor = _floor(cb["cell"], cn["cell"])
+    rb = {r["rung"]: r for r in cb["rungs"]}
+    for r in cn["rungs"]:
+        if r["rung"] not in rb:
+            continue
+        vb = [x["capacity_rps"] for x in rb[r["rung"]]["rounds"] if x["capacity_rps"]]
+        vn = [x["capacity_rps"] for x in r["rounds"] if x["capacity_rps"]]
+        if not vb or not vn:
+            out["rows"].append({"cell": "load capacity", "rung": r["rung"], "ratio": None,
+                                "call": "not measured", "text": "not measured in both runs"})
+            continue
+        est = stats.unpaired_ratio_ci(vb, vn, confidence)
+        v = stats.verdict(est, floor, bias=bias)
+        row = {"cell": "load capacity", "rung": r["rung"],
+               "base_median": rb[r["rung"]]["estimate"], "new_median": r["estimate"],
+               "ratio": asdict(est), "floor": floor, "call": v.call,
+               "text": v.text.replace("paired rounds", "rounds"), "changes": []}
+        out["rows"].append(row)
+        if v.call == "slower":
+            out["slower"].append(f"load capacity {r['rung']}: {v.text}")
 
 
 def compare(base: Mapping[str, Any], new: Mapping[str, Any], confidence: float = 0.95,

@@ -149,6 +149,12 @@ def check_config(config: Mapping[str, Any], hosts: list[Host]) -> None:
         if (srv.get(exp) or {}).get("enabled") and tool not in targets:
             raise LadderError(f"serving.{exp} needs {tool}: add it to build.targets "
                               f"(or set serving.{exp}.enabled: false)")
+    cap = (srv.get("load") or {}).get("capacity") or {}
+    if cap.get("enabled") and not (float(cap["min_rps"]) <= float(cap["start_rps"])
+                                   <= float(cap["max_rps"])):
+        raise LadderError("serving.load.capacity: start_rps must lie between min_rps and "
+                          f"max_rps (min_rps {cap['min_rps']}, start_rps {cap['start_rps']}, "
+                          f"max_rps {cap['max_rps']})")
     kt = config.get("kernel_tests") or {}
     if kt.get("enabled"):
         need = [t for t in ("test-quantize-fns", "test-quantize-perf") if t not in targets]

@@ -218,10 +218,13 @@ def arrival_schedule(rate: float, requests: int, seed: int,
 
 
 async def open_loop(url: str, level: str, body: Body, *, rate: float, requests: int, seed: int,
-                    timeout_s: float, max_s: float, burstiness: float | None = 1.0
+                    timeout_s: float, max_s: float, burstiness: float | None = 1.0,
+                    decided: Callable[[Sequence[Request]], bool] | None = None
                     ) -> tuple[list[Request], float]:
     """Requests sent at their arrival times (``arrival_schedule``) whatever the server's state
-    (it queues them)."""
+    (it queues them). ``decided``: once it holds for the requests so far (a capacity probe
+    that can no longer pass), the rest are not sent (status "not sent", reason named); those
+    in flight finish."""
     check_local(url)
     when = arrival_schedule(rate, requests, seed, burstiness)
     reqs = [Request(i, level, len(body(i)["prompt"]), body(i)["n_predict"], scheduled_s=when[i])
@@ -235,6 +238,9 @@ async def open_loop(url: str, level: str, body: Body, *, rate: float, requests: 
             left = max_s - (time.perf_counter() - origin)
             if left <= 0:
                 reqs[i].status, reqs[i].error = "not sent", f"level over its {max_s:g} s"
+                return
+            if decided is not None and decided(reqs):
+                reqs[i].status, reqs[i].error = "not sent", "the probe's outcome was decided"
                 return
             # a request sent is given its whole timeout: the level's time bounds the sends only
             # (a request cut short by the level's end would be a "timeout" it never had)

@@ -8,6 +8,8 @@ import math
 from dataclasses import asdict
 from typing import Any, Mapping, Sequence
 
+from scipy.stats import binomtest
+
 from ladder import loadgen, stats
 
 # what the report judges per level, with the threshold phase each belongs to
@@ -90,7 +92,8 @@ def interval(values: Sequence[float], confidence: float) -> dict[str, Any]:
 
 
 def summarize_load(doc: Mapping[str, Any], plan: Mapping[str, Any],
-                   stats_cfg: Mapping[str, Any]) -> dict[str, Any]:
+                   stats_cfg: Mapping[str, Any],
+                   price: Mapping[str, Any] | None = None) -> dict[str, Any]:
     ladder, control, twin = plan["ladder_order"], plan.get("control"), plan.get("twin")
     names = [n for n in list(ladder) + ([control] if control else [])
              if any(r["rung"] == n for r in doc["levels"])]
@@ -98,6 +101,8 @@ def summarize_load(doc: Mapping[str, Any], plan: Mapping[str, Any],
     table, cells, agent = [], [], []
     for lv in doc["levels_planned"]:
         level = lv["level"]
+        if lv["kind"] == "capacity":
+            continue  # its probes are the capacity search's (``capacity``)
         for n in names:
             p = pooled(doc, n, level)
             if p is None:
@@ -124,11 +129,142 @@ def summarize_load(doc: Mapping[str, Any], plan: Mapping[str, Any],
             "spec": doc["spec"], "slots": doc["slots"], "cpus": doc.get("cpus"),
             "client_cpus": doc.get("client_cpus"), "rounds": doc["rounds"],
             "table": table, "success_only": success_only(table), "cells": cells,
+            "capacity": capacity(doc, ladder, control, twin, stats_cfg, price),
             "agent": agent, "cache_lever": _cache_lever(
                 doc, names, stats_cfg) if any(lv["kind"] == "agent"
                                               for lv in doc["levels_planned"]) else [],
             "rung_status": doc["rungs"], "method": doc["method"],
             "definitions": DEFINITIONS}
+
+
+def resolution(spec: Mapping[str, Any]) -> float:
+    """The factor a bracketed capacity is resolved to: its double failed, then ``bisect``
+    geometric halvings of the bracket (2: 2^(1/4) = 1.19x)."""
+    return float(2 ** (1 / 2 ** int(spec["bisect"])))
+
+
+def _capacity_value(found: Mapping[str, Any]) -> tuple[float | None, str | None]:
+    """A round's capacity as a number, and its censoring: the highest rate that passed (the
+    true capacity lies in [it, it x resolution)); "above" max_rps: the rate passed (a lower
+    bound); "below" min_rps: the lowest rate that failed (an upper bound). Either bound makes a
+    ratio against it understated, never overstated, where that rung is the extreme one."""
+    lo, hi = found["bracket"]
+    if found["bound"] == "below":
+        return hi, "below"
+    return lo, ("above" if found["bound"] == "above" else None)
+
+
+def capacity(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
+             twin: str | None, stats_cfg: Mapping[str, Any],
+             price: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """Each rung's serving capacity (``serveload.search_capacity``, once per round on its own
+    server): per round the highest rate within the SLO target; across rounds their geometric
+    mean with its t-interval, widened by the search's resolution (a round's capacity is only
+    known to lie in [found, found x resolution)); judged between rungs like a bench cell
+    (paired by round, higher is better), every comparison's interval widened and its estimate
+    shrunk by ln(resolution) before the test (``stats.verdict``'s ``bias``: a call needs the
+    ratio beyond the threshold by more than the search can resolve); the attainment curve
+    (every probe pooled per rung and rate, Wilson intervals); $ per million output tokens at the
+    capacity when the host has a price."""
+    rows = [r for r in doc["levels"] if r["kind"] == "capacity" and r.get("capacity")]
+    if not rows:
+        return None
+    spec = doc["spec"]["capacity"]
+    res = resolution(spec)
+    conf = float(stats_cfg["confidence"])
+    names = [n for n in list(ladder) + ([control] if control else [])
+             if any(r["rung"] == n for r in rows)]
+    samples, per_rung = [], []
+    for n in names:
+        mine = sorted((r for r in rows if r["rung"] == n), key=lambda r: r["round"])
+        rounds = []
+        for r in mine:
+            value, censored = _capacity_value(r["capacity"])
+            rounds.append({"round": r["round"], "capacity_rps": value, "censored": censored,
+                           "bracket": r["capacity"]["bracket"],
+                           "probes": len(r["capacity"]["probes"]),
+                           "duration_s": r["duration_s"]})
+            if value:
+                samples.append({"rung": n, "round": r["round"], "order": r["order"],
+                                "warmup": False, "build_key": r["build_key"],
+                                "tokens_per_s": value})
+        est = stats.ratio_ci([x["capacity_rps"] for x in rounds if x["capacity_rps"]], conf)
+        entry: dict[str, Any] = {
+            "rung": n, "rounds": rounds, "estimate": est.estimate,
+            "lo": est.lo, "hi": est.hi * res if est.hi is not None else None, "n": est.n,
+            "censored": sorted({x["censored"] for x in rounds if x["censored"]})}
+        if price and est.estimate:
+            tps = est.estimate * float(doc["spec"]["n_gen"])
+            entry["output_tokens_per_s"] = tps
+            entry["usd_per_mtok"] = float(price["usd_per_hour"]) / (tps * 3600) * 1e6
+        per_rung.append(entry)
+    pseudo = {"quant": doc["quant"], "workload": "capacity", "threads": doc["threads"],
+              "samples": samples,
+              "workload_spec": {"n_prompt": doc["spec"]["n_prompt"], "n_gen": 0}}
+    cell = stats.summarize_cell(pseudo, ladder, control, twin, confidence=conf,
+                                resamples=stats_cfg["bootstrap_resamples"],
+                                seed=stats_cfg["seed"], thresholds=stats_cfg.get("threshold"))
+    for comp in cell["steps"] + cell["vs_floor"]:
+        comp["bias_why"] = "the search's resolution" + (
+            " and the failed control check" if comp.get("bias") else "")
+        comp["bias"] = (comp.get("bias") or 0.0) + math.log(res)
+        comp["verdict"] = asdict(stats.verdict(
+            stats.RatioEstimate(**comp["ratio"]), comp["threshold"], bias=comp["bias"],
+            bias_why=comp["bias_why"]))
+    return {"target": spec["target"], "limits": doc["spec"]["limits"],
+            "requests_per_probe": spec["requests"], "resolution": res,
+            "search": {k: spec[k] for k in ("start_rps", "min_rps", "max_rps", "bisect")},
+            "rungs": per_rung, "cell": cell, "curve": attainment_curve(rows, names, conf),
+            "price": dict(price) if price else None}
+
+
+def attainment_curve(rows: Sequence[Mapping[str, Any]], names: Sequence[str],
+                     confidence: float) -> dict[str, list[dict[str, Any]]]:
+    """SLO attainment against the offered rate per rung: every probe of every round pooled by
+    its rate (the doubling rates recur in every round; a bisection's rarely), over the requests
+    sent (a probe ends once it can no longer pass), with a Wilson interval on the share
+    (scipy's binomtest)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for n in names:
+        by_rate: dict[float, list[int]] = {}
+        for r in rows:
+            if r["rung"] != n:
+                continue
+            for p in r["capacity"]["probes"]:
+                k = float(f"{p['rate']:.4g}")
+                got = by_rate.setdefault(k, [0, 0])
+                got[0] += int(p["good"])
+                got[1] += int(p.get("sent", p["requests"]))  # a decided probe's unsent: unknown
+        pts = []
+        for rate in sorted(by_rate):
+            good, total = by_rate[rate]
+            ci = binomtest(good, total).proportion_ci(confidence, method="wilson") \
+                if total else None
+            pts.append({"rate": rate, "good": good, "requests": total,
+                        "attainment": good / total if total else None,
+                        "ci": [float(ci.low), float(ci.high)] if ci else None})
+        out[n] = pts
+    return out
+
+
+def capacity_sentences(cap: Mapping[str, Any] | None) -> list[str]:
+    """The called capacity comparisons in words ("`native_repack` sustains K.KKx `floor`'s
+    request rate within the SLO (...)"), after the run's multiplicity step."""
+    if not cap:
+        return []
+    limits = ", ".join(f"{k[:-3].upper()} ≤ {v:g} ms" for k, v in cap["limits"].items() if v)
+    slo = f"{cap['target'] * 100:g} % of requests within {limits or 'no limit'}"
+    out = []
+    for comp in cap["cell"]["vs_floor"] + [s for s in cap["cell"]["steps"]
+                                           if s not in cap["cell"]["vs_floor"]]:
+        v, r = comp["verdict"], comp["ratio"]
+        if v["call"] not in ("faster", "slower") or r["estimate"] is None:
+            continue
+        line = (f"`{comp['rung']}` sustains {stats.fmt_ratio(r['estimate'])} `{comp['base']}`'s "
+                f"request rate at {slo} ({v['text']})")
+        if line not in out:
+            out.append(line)
+    return out
 
 
 DEFINITIONS = ("TTFT: request sent to first streamed token; TPOT: (end to end - TTFT) / (output "

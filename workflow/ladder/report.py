@@ -537,7 +537,8 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
     price, price_note = host_price(cost, (plan.get("host") or {}).get("instance"))
     ledger_doc = load_first(files("ledger"), missing)
     extra = {s.key: s.builder()(sections.SectionContext(
-        plan=plan, stats_cfg=stats_cfg, files={n: files(n) for n in s.inputs}, missing=missing))
+        plan=plan, stats_cfg=stats_cfg, files={n: files(n) for n in s.inputs}, missing=missing,
+        price=price))
         for s in sections.SECTIONS}
     hot, kt = extra.get("hotspots"), extra.get("kernel_tests")
     for lc in ledger_doc["cells"] if ledger_doc else []:

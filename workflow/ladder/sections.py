@@ -62,6 +62,7 @@ class SectionContext:
     stats_cfg: Mapping[str, Any]
     files: Mapping[str, Sequence[str]]
     missing: list[dict[str, str]] = field(default_factory=list)
+    price: Mapping[str, Any] | None = None  # the host's price entry (cost), when one applies
 
 
 def _resolve(ref: str) -> Callable[..., Any]:

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import random
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ladder import loadgen, progress
 from ladder.bench import built_rungs, cell_seed, check_placement, round_orders
@@ -43,7 +44,49 @@ def levels(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
     if agent.get("enabled"):
         out += [{"level": f"agent-{'cache' if c else 'nocache'}", "kind": "agent", "cache": c}
                 for c in (True, False)]
+    if (cfg.get("capacity") or {}).get("enabled"):
+        out.append({"level": "capacity", "kind": "capacity"})
     return out
+
+
+def search_capacity(attains: Callable[[float], bool], *, start: float, min_rate: float,
+                    max_rate: float, bisect: int) -> dict[str, Any]:
+    """The highest request rate whose probe ``attains(rate)`` (SLO attainment at or above the
+    target), by doubling from ``start`` (or halving, if ``start`` fails) until one rate passes
+    and the next fails, then ``bisect`` geometric bisections of that bracket (guidellm's and
+    vLLM's SLA sweeps search the same way). The capacity is the highest rate that passed (a
+    lower bound of the round's true capacity); the true one lies below ``bracket[1]``.
+    ``bound``: "bracketed", "below" (even ``min_rate`` failed: capacity < min_rate) or "above"
+    (``max_rate`` passed: capacity >= max_rate)."""
+    lo: float | None = None
+    hi: float | None = None
+    rate = start
+    if attains(rate):
+        lo = rate
+        while hi is None and lo * 2 <= max_rate * (1 + 1e-9):
+            rate = lo * 2
+            if attains(rate):
+                lo = rate
+            else:
+                hi = rate
+    else:
+        hi = rate
+        while lo is None and hi / 2 >= min_rate * (1 - 1e-9):
+            rate = hi / 2
+            if attains(rate):
+                lo = rate
+            else:
+                hi = rate
+    if lo is not None and hi is not None:
+        for _ in range(bisect):
+            mid = math.sqrt(lo * hi)
+            if attains(mid):
+                lo = mid
+            else:
+                hi = mid
+    bound = "bracketed" if lo is not None and hi is not None else (
+        "above" if lo is not None else "below")
+    return {"capacity_rps": lo, "bracket": [lo, hi], "bound": bound}
 
 
 def slots_for(cfg: Mapping[str, Any]) -> int:
@@ -69,9 +112,11 @@ def _body(cfg: Mapping[str, Any], seed: int) -> loadgen.Body:
     return make
 
 
-def run_level(srv: Server, lv: Mapping[str, Any], cfg: Mapping[str, Any], seed: int
+def run_level(srv: Server, lv: Mapping[str, Any], cfg: Mapping[str, Any], seed: int,
+              decided: Callable[[Sequence[loadgen.Request]], bool] | None = None
               ) -> tuple[list[loadgen.Request], float, list[dict[str, float]]]:
-    """One level against a running server; its requests, duration and /metrics samples."""
+    """One level against a running server; its requests, duration and /metrics samples
+    (``decided``: an open level's early end, ``loadgen.open_loop``)."""
     timeout, max_s = float(cfg["request_timeout_s"]), float(cfg["level_max_s"])
     body = _body(cfg, cell_seed(seed, lv["level"]))
     if lv["kind"] == "closed":
@@ -81,7 +126,7 @@ def run_level(srv: Server, lv: Mapping[str, Any], cfg: Mapping[str, Any], seed: 
         work = loadgen.open_loop(srv.url, lv["level"], body, rate=lv["rate"],
                                  requests=cfg["requests"], seed=cell_seed(seed, "arrivals"),
                                  timeout_s=timeout, max_s=max_s,
-                                 burstiness=cfg.get("burstiness", 1.0))
+                                 burstiness=cfg.get("burstiness", 1.0), decided=decided)
     else:
         work = _agent(srv.url, lv, cfg["agent"], seed, timeout)
     (reqs, duration), seen = loadgen.run(
@@ -208,6 +253,13 @@ def _one_server(*, name: str, rung: Mapping[str, Any], bin_dir: str, model: str,
             order = list(plan)
             random.Random(seed).shuffle(order)
             for i, lv in enumerate(order):
+                if lv["kind"] == "capacity":
+                    row, records = _capacity(srv, lv, cfg, seed, metrics_seen)
+                    rows.append({**row, "position": i, "cpus_seen": seen})
+                    recs += records
+                    if not alive(srv.pid):
+                        raise LadderError("llama-server died during the capacity search")
+                    continue
                 reqs, duration, mseen = run_level(srv, lv, cfg, seed)
                 records = [r.record() for r in reqs]
                 summary = loadgen.summarize(records, duration, cfg["limits"])
@@ -222,8 +274,10 @@ def _one_server(*, name: str, rung: Mapping[str, Any], bin_dir: str, model: str,
                                       f"({summary['failed'] + summary['timeout']} of "
                                       f"{summary['requests']} requests failed)"
                                       + (f"; not run: {', '.join(skipped)}" if skipped else ""))
-            brief = ", ".join(f"{r['level']} p99 TTFT {_ms(r['summary']['ttft_p99_ms'])}"
-                              for r in rows if r["kind"] != "agent")
+            brief = ", ".join(
+                f"{r['level']} p99 TTFT {_ms(r['summary']['ttft_p99_ms'])}"
+                if r["kind"] != "capacity" else f"capacity {_rps(r['capacity'])}"
+                for r in rows if r["kind"] != "agent")
     except PortTaken:
         raise
     except LadderError as exc:
@@ -232,6 +286,66 @@ def _one_server(*, name: str, rung: Mapping[str, Any], bin_dir: str, model: str,
     atomic_write_text(f"{stem}.json", json.dumps(
         {"levels": rows, "requests": recs, "metrics": metrics_seen}, indent=1, default=str))
     return {"levels": rows, "requests": recs, "brief": brief}
+
+
+def _capacity(srv: Server, lv: Mapping[str, Any], cfg: Mapping[str, Any], seed: int,
+              metrics_seen: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """This round's capacity search on a running server (``search_capacity``): every probe an
+    open-loop level of ``capacity.requests`` requests at its rate (the load's arrivals and
+    burstiness), passed when the share of its requests within every limit of ``load.limits``
+    reaches ``capacity.target``. Every probe's summary and requests are kept."""
+    cap = cfg["capacity"]
+    n = int(cap["requests"])
+    probe_cfg = {**cfg, "requests": n}
+    # a probe passes with at most this many requests outside the limits; one more decides it
+    allowed = n - math.ceil(float(cap["target"]) * n - 1e-9)
+    probes: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+
+    def decided(reqs: Sequence[loadgen.Request]) -> bool:
+        done = [r for r in reqs if r.status not in ("pending", "not sent")]
+        return sum(not loadgen.meets(r.record(), cfg["limits"]) for r in done) > allowed
+
+    def attains(rate: float) -> bool:
+        level = f"capacity@{rate:.4g}"
+        reqs, duration, mseen = run_level(
+            srv, {"level": level, "kind": "open", "rate": rate}, probe_cfg, seed, decided)
+        recs = [r.record() for r in reqs]
+        summary = loadgen.summarize(recs, duration, cfg["limits"])
+        metrics_seen[level] = mseen
+        records.extend(recs)
+        sent = summary["requests"] - summary["not_sent"]
+        passed = summary["good"] >= n - allowed
+        probes.append({"rate": rate, "level": level, "requests": summary["requests"],
+                       "sent": sent, "good": summary["good"],
+                       # over the requests sent: a probe ended once it could no longer pass
+                       "attainment": summary["good"] / sent if sent else 0.0, "passed": passed,
+                       "duration_s": duration,
+                       "achieved_rate_rps": summary["achieved_rate_rps"],
+                       "send_lag_p99_ms": summary["send_lag_p99_ms"],
+                       "ttft_p99_ms": summary["ttft_p99_ms"],
+                       "tpot_p99_ms": summary["tpot_p99_ms"]})
+        if not alive(srv.pid):
+            raise LadderError(f"llama-server died during the capacity probe at {rate:.4g}/s")
+        return passed
+
+    found = search_capacity(attains, start=float(cap["start_rps"]),
+                            min_rate=float(cap["min_rps"]), max_rate=float(cap["max_rps"]),
+                            bisect=int(cap["bisect"]))
+    row = {**lv, "duration_s": time.perf_counter() - t0, "summary": {},
+           "server_metrics": {}, "capacity": {**found, "target": cap["target"],
+                                              "probes": probes}}
+    return row, records
+
+
+def _rps(found: Mapping[str, Any]) -> str:
+    lo, hi = found["bracket"]
+    if found["bound"] == "below":
+        return f"< {hi:.3g}/s"
+    if found["bound"] == "above":
+        return f">= {lo:.3g}/s"
+    return f"{lo:.3g}/s (< {hi:.3g})"
 
 
 def _ms(v: float | str | None) -> str:

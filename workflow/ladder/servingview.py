@@ -10,6 +10,7 @@ from ladder import paths, stats
 from ladder.errors import LadderError
 from ladder.experiments import BENCH_EXPERIMENTS, EXPERIMENTS
 from ladder.io import read_json
+from ladder.loadview import capacity_sentences
 from ladder.loadview import sentences as load_sentences
 from ladder.loadview import summarize_load
 from ladder.sections import SectionContext
@@ -177,7 +178,8 @@ def serving_section(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
                     points: Sequence[Mapping[str, Any]], point_files: Sequence[str],
                     prefix: Sequence[str], concurrency_files: Sequence[str],
                     missing: list[dict[str, str]],
-                    load_files: Sequence[str] = ()) -> dict[str, Any]:
+                    load_files: Sequence[str] = (),
+                    price: Mapping[str, Any] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {e: [] for e in BENCH_EXPERIMENTS}
     out["titles"] = {e: EXPERIMENTS[e]["title"] for e in BENCH_EXPERIMENTS}
     by_key = {(p["experiment"], p["point"], int(p["threads"])): p for p in points}
@@ -201,7 +203,8 @@ def serving_section(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
             missing.append({"file": path, "problem": str(exc)})
     for key, files, summarize in (("prefix_cache", prefix, summarize_prefix),
                                   ("concurrency", concurrency_files, summarize_concurrency),
-                                  ("load", load_files, summarize_load)):
+                                  ("load", load_files,
+                                   lambda d, p, s: summarize_load(d, p, s, price))):
         for path in files:
             try:
                 out[key] = summarize(read_json(path), plan, stats_cfg)
@@ -212,10 +215,12 @@ def serving_section(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
     out["multiplicity"] = stats.fdr_adjust(
         [p["cell"] for e in BENCH_EXPERIMENTS for p in out[e]]
         + ([out["prefix_cache"]["cell"]] if out.get("prefix_cache") else [])
-        + ([c["cell"] for c in out["load"]["cells"]] if out.get("load") else []),
+        + ([c["cell"] for c in out["load"]["cells"]] if out.get("load") else [])
+        + ([out["load"]["capacity"]["cell"]] if (out.get("load") or {}).get("capacity") else []),
         stats_cfg["confidence"], floor=(plan.get("ladder_order") or [None])[0])
     if out.get("load"):  # its sentences read the verdicts after the run's adjustment
         out["load"]["sentences"] = load_sentences(out["load"])
+        out["load"]["capacity_sentences"] = capacity_sentences(out["load"].get("capacity"))
     out["context_trend"] = {
         phase: advantage_along([p for p in out["context"] if p.get("phase") == phase],
                                EXPERIMENTS["context"]["axes"][phase])
@@ -262,4 +267,4 @@ def section(ctx: SectionContext) -> dict[str, Any] | None:
                            points=ctx.plan.get("serving_points") or [],
                            point_files=f["serving_points"], prefix=f["serving_prefix"],
                            concurrency_files=f["serving_concurrency"],
-                           load_files=f["serving_load"])
+                           load_files=f["serving_load"], price=ctx.price)

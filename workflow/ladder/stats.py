@@ -148,11 +148,13 @@ def _fmt_p(p: float) -> str:
 
 
 def verdict(r: RatioEstimate, threshold: float | None, *, bias: float = 0.0,
-            selected: bool | None = None, shown_confidence: float | None = None) -> Verdict:
+            selected: bool | None = None, shown_confidence: float | None = None,
+            bias_why: str | None = None) -> Verdict:
     """Judge one ratio (see the module's docstring).
 
     ``bias``: a failed control check's |ln(control/twin)|, added to the interval on both sides
-    and taken off the estimate before the test. ``selected``: the run's Benjamini-Hochberg
+    and taken off the estimate before the test (``bias_why`` names another source of it, e.g. a
+    capacity search's resolution). ``selected``: the run's Benjamini-Hochberg
     decision (None: the comparison's own test at 1 - confidence). ``shown_confidence``: the
     level of the printed interval (a selected comparison's false-coverage-adjusted level)."""
     if r.estimate is None or r.se_log is None or r.df is None or r.n < 3:
@@ -176,8 +178,8 @@ def verdict(r: RatioEstimate, threshold: float | None, *, bias: float = 0.0,
                  f"{POWER * 100:.0f} % power" if mde is not None else "")
     ci = (f"{round(conf * 100, 1):g}% CI {fmt_ratio(lo)}-{fmt_ratio(hi)}"
           + (", adjusted for selection" if shown_confidence else "")
-          + (f", widened ±{math.expm1(bias) * 100:.1f} % by the failed control check"
-             if bias else ""))
+          + (f", widened ±{math.expm1(bias) * 100:.1f} % by "
+             f"{bias_why or 'the failed control check'}" if bias else ""))
     common = dict(resolving_power=mde, threshold=threshold, p_value=p,
                   adjusted=selected is not None, widened=bias or None)
     if significant and shrunk >= band:
@@ -381,7 +383,7 @@ def _judge(comp: dict[str, Any], selected: bool | None = None,
     run-level adjustment re-judges it exactly as the cell did."""
     r = RatioEstimate(**comp["ratio"])
     v = verdict(r, comp["threshold"], bias=comp.get("bias") or 0.0, selected=selected,
-                shown_confidence=shown_confidence)
+                shown_confidence=shown_confidence, bias_why=comp.get("bias_why"))
     unresolved = comp.get("unresolved") or []
     if unresolved and v.call in ("insufficient data", "equivalent", "inconclusive"):
         # too few clean rounds, or no answer: the machine's fault, and said so
