@@ -295,14 +295,16 @@ def test_a_decided_probe_sends_no_more(stand_in):
     def decided(reqs) -> bool:
         return sum(r.status == "ok" for r in reqs) >= 1  # e.g. its first request missed a limit
 
-    reqs, _ = loadgen.run(loadgen.open_loop(url, "capacity@2", body, rate=2.0, requests=4,
-                                            seed=1, timeout_s=10, max_s=30, decided=decided,
-                                            burstiness=None))
-    # one request takes about FIRST_S + 3 gaps, under the 0.5 s between sends
+    reqs, duration = loadgen.run(loadgen.open_loop(
+        url, "capacity@2", body, rate=2.0, requests=4, seed=1, timeout_s=10, max_s=30,
+        decided=decided, burstiness=None))
+    # one request takes about FIRST_S + 3 gaps, the 0.5 s between sends
     assert reqs[0].status == "ok"
     assert [r.status for r in reqs[2:]] == ["not sent", "not sent"]
     assert all(r.error == "the probe's outcome was decided" for r in reqs[2:])
     assert reqs[1].status in ("ok", "not sent")
+    # the senders still waiting woke up: the probe ended before its last send was due
+    assert duration < reqs[3].scheduled_s
 
 
 @pytest.mark.parametrize("mode, status, error", [
@@ -492,7 +494,7 @@ def test_capacity_outside_the_search_is_named_as_a_bound():
     assert loadview._capacity_value(above) == (16, "above")  # a lower bound
 
 
-def capacity_doc(caps: dict[str, list[float]]) -> dict:
+def capacity_doc(caps: dict[str, list[float]], bisect: int = 2) -> dict:
     """A load document with only capacity rows: each rung's search run against a server whose
     capacity in round r is ``caps[rung][r]`` (8 requests per probe, all within the limits at
     or below it, none above)."""
@@ -508,12 +510,12 @@ def capacity_doc(caps: dict[str, list[float]]) -> dict:
                 return good == 8
 
             found = serveload.search_capacity(attains, start=0.5, min_rate=0.125,
-                                              max_rate=16.0, bisect=2)
+                                              max_rate=16.0, bisect=bisect)
             levels.append({"level": "capacity", "kind": "capacity", "round": rnd, "order": pos,
                            "rung": rung, "build_key": rung, "duration_s": 30.0, "summary": {},
                            "capacity": {**found, "target": 0.9, "probes": probes}})
     return {"quant": "q4_0", "threads": 2, "rounds": len(levels) // len(caps),
-            "spec": {**SPEC, "capacity": CAP}, "slots": 1,
+            "spec": {**SPEC, "capacity": {**CAP, "bisect": bisect}}, "slots": 1,
             "levels_planned": [{"level": "capacity", "kind": "capacity"}], "levels": levels,
             "requests": [], "rungs": {n: {"status": "measured"} for n in caps},
             "method": "synthetic"}
@@ -602,3 +604,37 @@ def test_the_report_prints_each_rungs_capacity(tmp_path):
     assert re.search(r"\| `fast` \| [\d.]+ \([\d.]+-[\d.]+\) \| [\d.]+, ", part)
     assert "Priced at test-vm's $0.1/h" in part and "- `fast` sustains" in part
     assert 'id="capacity-table"' in html and "serving_load_capacity" in html
+
+
+def test_censored_rounds_never_make_an_equivalence():
+    """Rungs beyond the search's top in every round read as its top: their ratio is 1x with no
+    spread, which must not be called equivalent (the search could not see a difference); a
+    floor below the search and a rung at its top still call the step, named as censored."""
+    doc = capacity_doc({"floor": [0.1, 0.1, 0.1, 0.1], "fast": [40.0, 50.0, 40.0, 45.0],
+                        "control": [30.0, 60.0, 45.0, 40.0]})
+    cap = loadview.summarize_load(doc, PLAN, STATS)["capacity"]
+    rungs = {r["rung"]: r for r in cap["rungs"]}
+    assert rungs["fast"]["text"] == "≥ 16 (every round at the search's top)"
+    assert rungs["fast"]["tps_text"] == f"≥ {16 * SPEC['n_gen']:.1f}"  # a lower bound
+    assert rungs["fast"]["hi"] is None and rungs["floor"]["lo"] is None
+    assert rungs["floor"]["text"].startswith("< 0.125")
+    ct = cap["cell"]["noise_floor"]["control_vs_twin"]
+    assert ct["estimate"] == pytest.approx(1.0)  # the A/A pair, both clamped to 16
+    step = cap["cell"]["vs_floor"][0]
+    assert step["verdict"]["call"] == "faster"
+    assert step["censored"] == ("`floor` 4 of 4 round(s) below the search; `fast` 4 of 4 "
+                                "round(s) at the search's top")
+    words = loadview.capacity_sentences(cap)
+    assert words and "censored rounds only pull it toward 1x" in words[0]
+    # resolved finely (6 bisections: 1.1 %), two rungs at the top would read "equivalent"
+    same = capacity_doc({"floor": [0.6] * 4, "fast": [40.0] * 4, "control": [40.0] * 4},
+                        bisect=6)
+    same["rungs"]["other"] = {"status": "measured"}
+    for row in [r for r in same["levels"] if r["rung"] == "control"]:
+        same["levels"].append({**row, "rung": "other", "build_key": "other"})
+    plan = {**PLAN, "ladder_order": ["floor", "fast", "other"]}
+    cap = loadview.summarize_load(same, plan, STATS)["capacity"]
+    step = next(c for c in cap["cell"]["steps"] if c["rung"] == "other")
+    assert step["ratio"]["estimate"] == pytest.approx(1.0)
+    assert step["verdict"]["call"] == "inconclusive"
+    assert step["verdict"]["text"].startswith("inconclusive, not equivalent: `fast` 4 of 4")

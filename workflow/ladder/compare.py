@@ -197,14 +197,26 @@ def _compare_capacity(cb: Mapping[str, Any] | None, cn: Mapping[str, Any] | None
                                 "call": "not measured", "text": "not measured in both runs"})
             continue
         est = stats.unpaired_ratio_ci(vb, vn, confidence)
-        v = stats.verdict(est, floor, bias=bias)
+        censored = "; ".join(w for w in (_censored(names[0], rb[r["rung"]]),
+                                         _censored(names[1], r)) if w)
+        v = stats.judge({"ratio": asdict(est), "threshold": floor, "bias": bias,
+                         "bias_why": "the search's resolution",
+                         "no_equivalence": censored and censored + ": values outside the "
+                                                                   "search only hide differences"})
         row = {"cell": "load capacity", "rung": r["rung"],
                "base_median": rb[r["rung"]]["estimate"], "new_median": r["estimate"],
-               "ratio": asdict(est), "floor": floor, "call": v.call,
-               "text": v.text.replace("paired rounds", "rounds"), "changes": []}
+               "ratio": asdict(est), "floor": floor, "call": v["call"],
+               "text": v["text"].replace("paired rounds", "rounds"), "changes": []}
         out["rows"].append(row)
-        if v.call == "slower":
-            out["slower"].append(f"load capacity {r['rung']}: {v.text}")
+        if v["call"] == "slower":
+            out["slower"].append(f"load capacity {r['rung']}: {v['text']}")
+
+
+def _censored(run: str, entry: Mapping[str, Any]) -> str:
+    c = entry.get("censored") or {}
+    words = [f"{k} round(s) {what}" for k, what in ((c.get("below"), "below the search"),
+                                                   (c.get("above"), "at its top")) if k]
+    return f"{run}: " + " and ".join(words) if words else ""
 
 
 def compare(base: Mapping[str, Any], new: Mapping[str, Any], confidence: float = 0.95,

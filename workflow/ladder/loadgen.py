@@ -230,21 +230,27 @@ async def open_loop(url: str, level: str, body: Body, *, rate: float, requests: 
     reqs = [Request(i, level, len(body(i)["prompt"]), body(i)["n_predict"], scheduled_s=when[i])
             for i in range(requests)]
     origin = time.perf_counter()
+    over = asyncio.Event()  # set once ``decided`` holds: the senders still waiting wake up
     async with _session() as session:
         async def one(i: int) -> None:
             delay = when[i] - (time.perf_counter() - origin)
             if delay > 0:
-                await asyncio.sleep(delay)
+                try:
+                    await asyncio.wait_for(over.wait(), delay)
+                except TimeoutError:
+                    pass
             left = max_s - (time.perf_counter() - origin)
             if left <= 0:
                 reqs[i].status, reqs[i].error = "not sent", f"level over its {max_s:g} s"
                 return
-            if decided is not None and decided(reqs):
+            if over.is_set():
                 reqs[i].status, reqs[i].error = "not sent", "the probe's outcome was decided"
                 return
             # a request sent is given its whole timeout: the level's time bounds the sends only
             # (a request cut short by the level's end would be a "timeout" it never had)
             await stream(session, url, reqs[i], body(i), origin, timeout_s)
+            if decided is not None and decided(reqs):
+                over.set()
 
         await asyncio.gather(*(one(i) for i in range(requests)))
     return reqs, time.perf_counter() - origin

@@ -189,14 +189,29 @@ def capacity(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
                                 "warmup": False, "build_key": r["build_key"],
                                 "tokens_per_s": value})
         est = stats.ratio_ci([x["capacity_rps"] for x in rounds if x["capacity_rps"]], conf)
+        below = sum(x["censored"] == "below" for x in rounds)
+        above = sum(x["censored"] == "above" for x in rounds)
         entry: dict[str, Any] = {
             "rung": n, "rounds": rounds, "estimate": est.estimate,
-            "lo": est.lo, "hi": est.hi * res if est.hi is not None else None, "n": est.n,
-            "censored": sorted({x["censored"] for x in rounds if x["censored"]})}
-        if price and est.estimate:
+            # a round below the search has no lower bound, one at its top no upper bound
+            "lo": est.lo if not below else None,
+            "hi": est.hi * res if est.hi is not None and not above else None, "n": est.n,
+            "censored": {"below": below, "above": above}}
+        entry["text"] = _capacity_text(entry, spec)
+        # a capacity censored at the search's top is a lower bound, and so is its throughput
+        # (its cost an upper one); below the search the other way round
+        more, less = ("≥ ", "≤ ") if above and not below else (
+            ("≤ ", "≥ ") if below and not above else ("", ""))
+        if est.estimate:
             tps = est.estimate * float(doc["spec"]["n_gen"])
             entry["output_tokens_per_s"] = tps
-            entry["usd_per_mtok"] = float(price["usd_per_hour"]) / (tps * 3600) * 1e6
+            entry["tps_text"] = (f"{more}{tps:.1f}" if not (above and below)
+                                 else f"{tps:.1f} (censored both ways)")
+            if price:
+                usd = float(price["usd_per_hour"]) / (tps * 3600) * 1e6
+                entry["usd_per_mtok"] = usd
+                entry["usd_text"] = (f"{less}{usd:.2f}" if not (above and below)
+                                     else f"{usd:.2f} (censored both ways)")
         per_rung.append(entry)
     pseudo = {"quant": doc["quant"], "workload": "capacity", "threads": doc["threads"],
               "samples": samples,
@@ -208,14 +223,47 @@ def capacity(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
         comp["bias_why"] = "the search's resolution" + (
             " and the failed control check" if comp.get("bias") else "")
         comp["bias"] = (comp.get("bias") or 0.0) + math.log(res)
-        comp["verdict"] = asdict(stats.verdict(
-            stats.RatioEstimate(**comp["ratio"]), comp["threshold"], bias=comp["bias"],
-            bias_why=comp["bias_why"]))
+        out_of_range = [censored_words(e) for e in per_rung
+                        if e["rung"] in (comp["base"], comp["rung"]) and censored_words(e)]
+        if out_of_range:
+            # clamped to the search's range, a ratio only moves toward 1: a call stands, an
+            # equivalence would claim what the search could not see
+            comp["censored"] = "; ".join(out_of_range)
+            comp["no_equivalence"] = (comp["censored"] + ": values outside the search only "
+                                      "hide differences")
+        comp["verdict"] = stats.judge(comp)
     return {"target": spec["target"], "limits": doc["spec"]["limits"],
             "requests_per_probe": spec["requests"], "resolution": res,
             "search": {k: spec[k] for k in ("start_rps", "min_rps", "max_rps", "bisect")},
             "rungs": per_rung, "cell": cell, "curve": attainment_curve(rows, names, conf),
             "price": dict(price) if price else None}
+
+
+def censored_words(entry: Mapping[str, Any]) -> str:
+    """"`floor` below the search (0.125/s) in 2 of 3 rounds", or "" when no round was."""
+    c, n = entry["censored"], len(entry["rounds"])
+    words = [f"{k} of {n} round(s) {what}" for k, what in
+             ((c["below"], "below the search"), (c["above"], "at the search's top")) if k]
+    return f"`{entry['rung']}` " + " and ".join(words) if words else ""
+
+
+def _capacity_text(entry: Mapping[str, Any], spec: Mapping[str, Any]) -> str:
+    """"2.38 (2.38-2.83)"; "≥ 16 (every round at the search's top)"; "< 0.125 (...)"."""
+    est, lo, hi = entry["estimate"], entry["lo"], entry["hi"]
+    if est is None:
+        return "-"
+    c, n = entry["censored"], len(entry["rounds"])
+    if c["above"] == n:
+        return f"≥ {float(spec['max_rps']):.3g} (every round at the search's top)"
+    if c["below"] == n:
+        return f"< {est:.3g} (every round below the search)"
+    if lo is None and hi is None:
+        return f"{est:.3g} (rounds below and at the top of the search: no interval)"
+    if lo is None:
+        return f"{est:.3g} (up to {hi:.3g}; {c['below']} round(s) below the search)"
+    if hi is None:
+        return f"{est:.3g} (from {lo:.3g}; {c['above']} round(s) at the search's top)"
+    return f"{est:.3g} ({lo:.3g}-{hi:.3g})"
 
 
 def attainment_curve(rows: Sequence[Mapping[str, Any]], names: Sequence[str],
@@ -261,7 +309,9 @@ def capacity_sentences(cap: Mapping[str, Any] | None) -> list[str]:
         if v["call"] not in ("faster", "slower") or r["estimate"] is None:
             continue
         line = (f"`{comp['rung']}` sustains {stats.fmt_ratio(r['estimate'])} `{comp['base']}`'s "
-                f"request rate at {slo} ({v['text']})")
+                f"request rate at {slo} ({v['text']})"
+                + (f"; censored rounds only pull it toward 1x: {comp['censored']}"
+                   if comp.get("censored") else ""))
         if line not in out:
             out.append(line)
     return out

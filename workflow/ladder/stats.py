@@ -384,6 +384,10 @@ def _judge(comp: dict[str, Any], selected: bool | None = None,
     r = RatioEstimate(**comp["ratio"])
     v = verdict(r, comp["threshold"], bias=comp.get("bias") or 0.0, selected=selected,
                 shown_confidence=shown_confidence, bias_why=comp.get("bias_why"))
+    why_not = comp.get("no_equivalence")
+    if why_not and v.call == "equivalent":  # e.g. censored values: they only hide differences
+        v = replace(v, call="inconclusive", text=f"inconclusive, not equivalent: {why_not} "
+                                                 f"({v.text})")
     unresolved = comp.get("unresolved") or []
     if unresolved and v.call in ("insufficient data", "equivalent", "inconclusive"):
         # too few clean rounds, or no answer: the machine's fault, and said so
@@ -391,6 +395,12 @@ def _judge(comp: dict[str, Any], selected: bool | None = None,
                     text=f"disturbed: round(s) {', '.join(map(str, unresolved))} stayed "
                          f"disturbed after re-measuring ({r.n} clean rounds); not judged")
     return asdict(v)
+
+
+def judge(comp: dict[str, Any]) -> dict[str, Any]:
+    """A comparison's verdict from what it carries (ratio, threshold, bias and why, disturbance,
+    ``no_equivalence``), as the cell and the run's adjustment judge it."""
+    return _judge(comp)
 
 
 def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
