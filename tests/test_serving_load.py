@@ -453,8 +453,15 @@ def test_the_report_prints_success_only_percentiles_beside_the_table(tmp_path):
 
 
 # --- serving capacity (issue 43, item 1) --------------------------------------------------------
-CAP = {"enabled": True, "target": 0.9, "requests": 8, "start_rps": 0.5, "min_rps": 0.125,
-       "max_rps": 16, "bisect": 2}
+CAP = {"enabled": True, "target": 0.9, "requests": 8, "probe_s": 5, "start_rps": 0.5,
+       "min_rps": 0.125, "max_rps": 16, "bisect": 2}
+
+
+def test_a_probe_offers_its_rate_long_enough_to_be_sustained():
+    """A short burst is absorbed by any queue: a probe's sends span at least probe_s."""
+    assert serveload.probe_requests(16.0, 4, 5.0) == 81  # (81 - 1) / 16 = 5 s
+    assert serveload.probe_requests(0.125, 4, 5.0) == 4  # at least `requests`
+    assert serveload.probe_requests(1.0, 4, 5.0) == 6
 
 
 def search(true_rps: float, **kw) -> tuple[dict, list[float]]:

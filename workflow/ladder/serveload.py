@@ -295,19 +295,23 @@ def _capacity(srv: Server, lv: Mapping[str, Any], cfg: Mapping[str, Any], seed: 
     burstiness), passed when the share of its requests within every limit of ``load.limits``
     reaches ``capacity.target``. Every probe's summary and requests are kept."""
     cap = cfg["capacity"]
-    n = int(cap["requests"])
-    probe_cfg = {**cfg, "requests": n}
-    # a probe passes with at most this many requests outside the limits; one more decides it
-    allowed = n - math.ceil(float(cap["target"]) * n - 1e-9)
     probes: list[dict[str, Any]] = []
     records: list[dict[str, Any]] = []
     t0 = time.perf_counter()
 
-    def decided(reqs: Sequence[loadgen.Request]) -> bool:
-        done = [r for r in reqs if r.status not in ("pending", "not sent")]
-        return sum(not loadgen.meets(r.record(), cfg["limits"]) for r in done) > allowed
-
     def attains(rate: float) -> bool:
+        # long enough to be sustained: a short burst is absorbed by any queue, so a probe
+        # offers its rate for at least probe_s seconds (and at least `requests` requests)
+        n = probe_requests(rate, int(cap["requests"]), float(cap["probe_s"]))
+        probe_cfg = {**cfg, "requests": n}
+        # a probe passes with at most this many requests outside the limits; one more
+        # decides it
+        allowed = n - math.ceil(float(cap["target"]) * n - 1e-9)
+
+        def decided(reqs: Sequence[loadgen.Request]) -> bool:
+            done = [r for r in reqs if r.status not in ("pending", "not sent")]
+            return sum(not loadgen.meets(r.record(), cfg["limits"]) for r in done) > allowed
+
         level = f"capacity@{rate:.4g}"
         reqs, duration, mseen = run_level(
             srv, {"level": level, "kind": "open", "rate": rate}, probe_cfg, seed, decided)
@@ -337,6 +341,12 @@ def _capacity(srv: Server, lv: Mapping[str, Any], cfg: Mapping[str, Any], seed: 
            "server_metrics": {}, "capacity": {**found, "target": cap["target"],
                                               "probes": probes}}
     return row, records
+
+
+def probe_requests(rate: float, least: int, seconds: float) -> int:
+    """A capacity probe's requests: its arrivals span at least ``seconds`` at ``rate`` (the
+    sends span (n - 1) / rate), and at least ``least`` of them."""
+    return max(int(least), math.ceil(rate * float(seconds)) + 1)
 
 
 def _rps(found: Mapping[str, Any]) -> str:
