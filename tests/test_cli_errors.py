@@ -82,7 +82,7 @@ def dry_run(tmp_path: Path, override: dict, env: dict | None = None,
      "beyond the threshold 0.03"),
     ({"measure": {"rounds_from_noise": {"pilot": 40}}},
      "measure.rounds_from_noise (pilot 40, min 12, max 28): needs pilot >= 3, min <= max"),
-    ({"serving": {"load": {"capacity": {"start_rps": 32}}}},
+    ({"serving": {"load": {"capacity": {"enabled": True, "start_rps": 32}}}},
      "serving.load.capacity: start_rps must lie between min_rps and max_rps (min_rps 0.125, "
      "start_rps 32, max_rps 16)"),
     ({"serving": {"lever_rungs": ["nativ_repack"]}},

@@ -801,7 +801,7 @@ def test_concurrency_sweep(report):
 def test_serving_under_load_per_request_records(report, run_dir):
     """A real llama-server per rung: every request kept, its metrics consistent with the
     server's own timings, the pooled percentiles with the records they come from."""
-    from ladder import loadgen
+    from ladder import loadgen, serveload
 
     ld = report["serving"]["load"]
     spec = ld["spec"]
@@ -839,7 +839,8 @@ def test_serving_under_load_per_request_records(report, run_dir):
             for p in row["capacity"]["probes"]:
                 recs = [r for r in doc["requests"] if (r["rung"], r["round"], r["level"])
                         == (row["rung"], row["round"], p["level"])]
-                assert len(recs) == p["requests"] == spec["capacity"]["requests"]
+                assert len(recs) == p["requests"] == serveload.probe_requests(
+                    p["rate"], spec["capacity"]["requests"], spec["capacity"]["probe_s"])
                 assert sum(loadgen.meets(r, spec["limits"]) for r in recs) == p["good"]
             continue
         recs = [r for r in doc["requests"] if (r["rung"], r["round"], r["level"])
