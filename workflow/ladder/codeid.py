@@ -245,14 +245,17 @@ def _merge_imports(tree: ast.AST) -> ast.AST:
 
 
 def code_hash(script: str) -> str:
-    """The identity of a script rule's code: its adapter and every module it reaches.
-
-    Every script's is computed at once and kept in the package's ``__pycache__``, under the
-    fingerprint of every package and script file (path and text): a workflow parse (every
-    snakemake call, two per cluster job) reads them instead of re-deriving them; any edit
-    anywhere is another fingerprint, so they are derived again."""
-    stored = _stored_hashes(SCRIPTS_DIR, PACKAGE_DIR)
+    """The identity of a script rule's code: its adapter and every module it reaches."""
+    stored = code_hashes()
     return stored[script] if script in stored else _code_hash(script)
+
+
+def code_hashes() -> dict[str, str]:
+    """Every script's code identity, computed at once and kept in the package's
+    ``__pycache__`` under the fingerprint of every package and script file (path and text): a
+    workflow parse (every snakemake call, two per cluster job) reads them instead of
+    re-deriving them; any edit anywhere is another fingerprint, so they are derived again."""
+    return _stored_hashes(SCRIPTS_DIR, PACKAGE_DIR)
 
 
 def _fingerprint(scripts_dir: Path, package_dir: Path) -> str:

@@ -39,6 +39,7 @@ from ladder import stats
 from ladder.dispatch import CREDITED
 from ladder.errors import LadderError
 from ladder.io import atomic_write_json, atomic_write_text, read_json
+from ladder.loadview import censored_words
 
 FORMAT = "ladder-compare/1"
 REPORT_FORMAT = "ladder-report/1"
@@ -197,12 +198,13 @@ def _compare_capacity(cb: Mapping[str, Any] | None, cn: Mapping[str, Any] | None
                                 "call": "not measured", "text": "not measured in both runs"})
             continue
         est = stats.unpaired_ratio_ci(vb, vn, confidence)
-        censored = "; ".join(w for w in (_censored(names[0], rb[r["rung"]]),
-                                         _censored(names[1], r)) if w)
+        censored = "; ".join(f"{run}: {words}" for run, words in
+                             ((names[0], censored_words(rb[r["rung"]])),
+                              (names[1], censored_words(r))) if words)
         v = stats.judge({"ratio": asdict(est), "threshold": floor, "bias": bias,
                          "bias_why": "the search's resolution",
-                         "no_equivalence": censored and censored + ": values outside the "
-                                                                   "search only hide differences"})
+                         "no_equivalence": (f"{censored}: values outside the search only hide "
+                                            "differences") if censored else None})
         row = {"cell": "load capacity", "rung": r["rung"],
                "base_median": rb[r["rung"]]["estimate"], "new_median": r["estimate"],
                "ratio": asdict(est), "floor": floor, "call": v["call"],
@@ -210,13 +212,6 @@ def _compare_capacity(cb: Mapping[str, Any] | None, cn: Mapping[str, Any] | None
         out["rows"].append(row)
         if v["call"] == "slower":
             out["slower"].append(f"load capacity {r['rung']}: {v['text']}")
-
-
-def _censored(run: str, entry: Mapping[str, Any]) -> str:
-    c = entry.get("censored") or {}
-    words = [f"{k} round(s) {what}" for k, what in ((c.get("below"), "below the search"),
-                                                   (c.get("above"), "at its top")) if k]
-    return f"{run}: " + " and ".join(words) if words else ""
 
 
 def compare(base: Mapping[str, Any], new: Mapping[str, Any], confidence: float = 0.95,

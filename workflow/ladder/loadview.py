@@ -145,13 +145,53 @@ def resolution(spec: Mapping[str, Any]) -> float:
 
 def _capacity_value(found: Mapping[str, Any]) -> tuple[float | None, str | None]:
     """A round's capacity as a number, and its censoring: the highest rate that passed (the
-    true capacity lies in [it, it x resolution)); "above" max_rps: the rate passed (a lower
-    bound); "below" min_rps: the lowest rate that failed (an upper bound). Either bound makes a
-    ratio against it understated, never overstated, where that rung is the extreme one."""
+    true capacity lies in [it, it x resolution)); "above": ``max_rps`` passed (a lower bound);
+    "below": even the lowest rate tried failed, and it counts as that rate (an upper bound).
+    Clamped into the search's range, a ratio only moves toward 1x."""
     lo, hi = found["bracket"]
     if found["bound"] == "below":
         return hi, "below"
     return lo, ("above" if found["bound"] == "above" else None)
+
+
+def _rung_capacity(name: str, rows: Sequence[Mapping[str, Any]], spec: Mapping[str, Any],
+                   n_gen: int, conf: float, price: Mapping[str, Any] | None
+                   ) -> dict[str, Any]:
+    """One rung's capacity over its rounds: the geometric mean, its interval widened by the
+    resolution (open on a side a censored round leaves unbounded), output tok/s and $ per
+    million output tokens at it, each printed as the bound it is when rounds were censored."""
+    res = resolution(spec)
+    rounds = []
+    for r in sorted(rows, key=lambda r: r["round"]):
+        value, censored = _capacity_value(r["capacity"])
+        rounds.append({"round": r["round"], "capacity_rps": value, "censored": censored,
+                       "bracket": r["capacity"]["bracket"],
+                       "probes": len(r["capacity"]["probes"]), "duration_s": r["duration_s"]})
+    est = stats.ratio_ci([x["capacity_rps"] for x in rounds if x["capacity_rps"]], conf)
+    below = sum(x["censored"] == "below" for x in rounds)
+    above = sum(x["censored"] == "above" for x in rounds)
+    entry: dict[str, Any] = {
+        "rung": name, "rounds": rounds, "estimate": est.estimate,
+        # a round below the search has no lower bound, one at its top no upper bound
+        "lo": est.lo if not below else None,
+        "hi": est.hi * res if est.hi is not None and not above else None, "n": est.n,
+        "censored": {"below": below, "above": above}}
+    entry["text"] = _capacity_text(entry, spec)
+    if not est.estimate:
+        return entry
+    # at the search's top the capacity is a lower bound, and so is its throughput (its cost an
+    # upper one); below the search the other way round
+    more, less, both = {(True, False): ("≥ ", "≤ ", ""), (False, True): ("≤ ", "≥ ", ""),
+                        (True, True): ("", "", " (censored both ways)")}.get(
+                            (bool(above), bool(below)), ("", "", ""))
+    tps = est.estimate * float(n_gen)
+    entry["output_tokens_per_s"] = tps
+    entry["tps_text"] = f"{more}{tps:.1f}{both}"
+    if price:
+        usd = float(price["usd_per_hour"]) / (tps * 3600) * 1e6
+        entry["usd_per_mtok"] = usd
+        entry["usd_text"] = f"{less}{usd:.2f}{both}"
+    return entry
 
 
 def capacity(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
@@ -174,57 +214,24 @@ def capacity(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
     conf = float(stats_cfg["confidence"])
     names = [n for n in list(ladder) + ([control] if control else [])
              if any(r["rung"] == n for r in rows)]
-    samples, per_rung = [], []
-    for n in names:
-        mine = sorted((r for r in rows if r["rung"] == n), key=lambda r: r["round"])
-        rounds = []
-        for r in mine:
-            value, censored = _capacity_value(r["capacity"])
-            rounds.append({"round": r["round"], "capacity_rps": value, "censored": censored,
-                           "bracket": r["capacity"]["bracket"],
-                           "probes": len(r["capacity"]["probes"]),
-                           "duration_s": r["duration_s"]})
-            if value:
-                samples.append({"rung": n, "round": r["round"], "order": r["order"],
-                                "warmup": False, "build_key": r["build_key"],
-                                "tokens_per_s": value})
-        est = stats.ratio_ci([x["capacity_rps"] for x in rounds if x["capacity_rps"]], conf)
-        below = sum(x["censored"] == "below" for x in rounds)
-        above = sum(x["censored"] == "above" for x in rounds)
-        entry: dict[str, Any] = {
-            "rung": n, "rounds": rounds, "estimate": est.estimate,
-            # a round below the search has no lower bound, one at its top no upper bound
-            "lo": est.lo if not below else None,
-            "hi": est.hi * res if est.hi is not None and not above else None, "n": est.n,
-            "censored": {"below": below, "above": above}}
-        entry["text"] = _capacity_text(entry, spec)
-        # a capacity censored at the search's top is a lower bound, and so is its throughput
-        # (its cost an upper one); below the search the other way round
-        more, less = ("≥ ", "≤ ") if above and not below else (
-            ("≤ ", "≥ ") if below and not above else ("", ""))
-        if est.estimate:
-            tps = est.estimate * float(doc["spec"]["n_gen"])
-            entry["output_tokens_per_s"] = tps
-            entry["tps_text"] = (f"{more}{tps:.1f}" if not (above and below)
-                                 else f"{tps:.1f} (censored both ways)")
-            if price:
-                usd = float(price["usd_per_hour"]) / (tps * 3600) * 1e6
-                entry["usd_per_mtok"] = usd
-                entry["usd_text"] = (f"{less}{usd:.2f}" if not (above and below)
-                                     else f"{usd:.2f} (censored both ways)")
-        per_rung.append(entry)
+    per_rung = [_rung_capacity(n, [r for r in rows if r["rung"] == n], spec,
+                               doc["spec"]["n_gen"], conf, price) for n in names]
+    samples = [{"rung": r["rung"], "round": r["round"], "order": r["order"], "warmup": False,
+                "build_key": r["build_key"], "tokens_per_s": value}
+               for r in rows if r["rung"] in names
+               for value in [_capacity_value(r["capacity"])[0]] if value]
     pseudo = {"quant": doc["quant"], "workload": "capacity", "threads": doc["threads"],
               "samples": samples,
               "workload_spec": {"n_prompt": doc["spec"]["n_prompt"], "n_gen": 0}}
     cell = stats.summarize_cell(pseudo, ladder, control, twin, confidence=conf,
                                 resamples=stats_cfg["bootstrap_resamples"],
                                 seed=stats_cfg["seed"], thresholds=stats_cfg.get("threshold"))
+    words = {e["rung"]: censored_words(e) for e in per_rung}
     for comp in cell["steps"] + cell["vs_floor"]:
         comp["bias_why"] = "the search's resolution" + (
             " and the failed control check" if comp.get("bias") else "")
         comp["bias"] = (comp.get("bias") or 0.0) + math.log(res)
-        out_of_range = [censored_words(e) for e in per_rung
-                        if e["rung"] in (comp["base"], comp["rung"]) and censored_words(e)]
+        out_of_range = [words[n] for n in (comp["base"], comp["rung"]) if words.get(n)]
         if out_of_range:
             # clamped to the search's range, a ratio only moves toward 1: a call stands, an
             # equivalence would claim what the search could not see

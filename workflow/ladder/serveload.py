@@ -308,9 +308,14 @@ def _capacity(srv: Server, lv: Mapping[str, Any], cfg: Mapping[str, Any], seed: 
         # decides it
         allowed = n - math.ceil(float(cap["target"]) * n - 1e-9)
 
+        missed: dict[int, bool] = {}  # each finished request judged once, as it finishes
+
         def decided(reqs: Sequence[loadgen.Request]) -> bool:
-            done = [r for r in reqs if r.status not in ("pending", "not sent")]
-            return sum(not loadgen.meets(r.record(), cfg["limits"]) for r in done) > allowed
+            for r in reqs:
+                if r.index not in missed and r.status not in ("pending", "not sent"):
+                    missed[r.index] = not loadgen.meets(
+                        {"status": r.status, **loadgen.metrics(r)}, cfg["limits"])
+            return sum(missed.values()) > allowed
 
         level = f"capacity@{rate:.4g}"
         reqs, duration, mseen = run_level(

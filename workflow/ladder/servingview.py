@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from functools import partial
 from typing import Any, Mapping, Sequence
 
 from ladder import paths, stats
@@ -203,8 +204,7 @@ def serving_section(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
             missing.append({"file": path, "problem": str(exc)})
     for key, files, summarize in (("prefix_cache", prefix, summarize_prefix),
                                   ("concurrency", concurrency_files, summarize_concurrency),
-                                  ("load", load_files,
-                                   lambda d, p, s: summarize_load(d, p, s, price))):
+                                  ("load", load_files, partial(summarize_load, price=price))):
         for path in files:
             try:
                 out[key] = summarize(read_json(path), plan, stats_cfg)

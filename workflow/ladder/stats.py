@@ -377,10 +377,11 @@ def position_effects(samples: Sequence[Mapping[str, Any]], statistic: str = "mea
     return dict(out)
 
 
-def _judge(comp: dict[str, Any], selected: bool | None = None,
-           shown_confidence: float | None = None) -> dict[str, Any]:
-    """A comparison's verdict from what it carries (ratio, threshold, bias, disturbance), so the
-    run-level adjustment re-judges it exactly as the cell did."""
+def judge(comp: dict[str, Any], selected: bool | None = None,
+          shown_confidence: float | None = None) -> dict[str, Any]:
+    """A comparison's verdict from what it carries (ratio, threshold, bias and ``bias_why``,
+    disturbance, ``no_equivalence``), so the run-level adjustment re-judges it exactly as the
+    cell did."""
     r = RatioEstimate(**comp["ratio"])
     v = verdict(r, comp["threshold"], bias=comp.get("bias") or 0.0, selected=selected,
                 shown_confidence=shown_confidence, bias_why=comp.get("bias_why"))
@@ -395,12 +396,6 @@ def _judge(comp: dict[str, Any], selected: bool | None = None,
                     text=f"disturbed: round(s) {', '.join(map(str, unresolved))} stayed "
                          f"disturbed after re-measuring ({r.n} clean rounds); not judged")
     return asdict(v)
-
-
-def judge(comp: dict[str, Any]) -> dict[str, Any]:
-    """A comparison's verdict from what it carries (ratio, threshold, bias and why, disturbance,
-    ``no_equivalence``), as the cell and the run's adjustment judge it."""
-    return _judge(comp)
 
 
 def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
@@ -431,7 +426,7 @@ def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str |
         r = ratio_ci(paired_ratios(samples, base, other, statistic), confidence)
         comp = {"kind": kind, "base": base, "rung": other, "ratio": asdict(r),
                 "threshold": delta, "bias": check["bias"], "unresolved": unresolved}
-        comp["verdict"] = _judge(comp)
+        comp["verdict"] = judge(comp)
         return comp
 
     judged = [compare(base, other, kind) for kind, base, other in comparisons(ladder, measured)]
@@ -511,8 +506,8 @@ def fdr_adjust(cells: Sequence[dict[str, Any]], confidence: float = 0.95,
         shown = 1 - n_sel * q / len(keys) if n_sel else None
         for k, sel in zip(keys, rejected):
             for comp in unique[k]:
-                comp["verdict"] = _judge(comp, selected=sel,
-                                         shown_confidence=shown if sel else None)
+                comp["verdict"] = judge(comp, selected=sel,
+                                        shown_confidence=shown if sel else None)
                 comp["family"] = name
         did.append({"family": name, "comparisons": len(keys), "rejected": n_sel,
                     "interval_confidence_selected": shown})

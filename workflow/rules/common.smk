@@ -10,7 +10,7 @@ from ladder.machine import host_facts as local_facts
 from ladder.hosts import check_facts
 from ladder.io import read_json
 from ladder.config import start_up
-from ladder.codeid import code_hash
+from ladder.codeid import code_hashes
 from ladder.plan import Plan, all_sources
 from ladder.source import base_of, source_id
 from ladder.sections import SECTIONS
@@ -52,10 +52,13 @@ wildcard_constraints:
 _PLANS = {}
 
 
+_CODE = code_hashes()  # every script's identity, once per parse
+
+
 def code(script):
     """A script rule's code identity: its adapter and every package module it reaches (derived
     from the imports, ladder.codeid)."""
-    return code_hash(script)
+    return _CODE[script]
 
 
 def host(name):
