@@ -241,7 +241,8 @@ def capacity(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
         comp["verdict"] = stats.judge(comp)
     return {"target": spec["target"], "limits": doc["spec"]["limits"],
             "requests_per_probe": spec["requests"], "resolution": res,
-            "search": {k: spec[k] for k in ("start_rps", "min_rps", "max_rps", "bisect")},
+            "search": {k: spec[k] for k in ("probe_s", "start_rps", "min_rps", "max_rps",
+                                            "bisect")},
             "rungs": per_rung, "cell": cell, "curve": attainment_curve(rows, names, conf),
             "price": dict(price) if price else None}
 
