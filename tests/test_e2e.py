@@ -836,12 +836,17 @@ def test_serving_under_load_per_request_records(report, run_dir):
     assert all(len(o) == 1 for o in orders.values()), orders
     for row in doc["levels"]:  # each stored summary is what its records give
         if row["kind"] == "capacity":  # its probes' records: every request of every probe
-            for p in row["capacity"]["probes"]:
+            for p in row["capacity"]["probes"] + row["concurrency"]["probes"]:
                 recs = [r for r in doc["requests"] if (r["rung"], r["round"], r["level"])
                         == (row["rung"], row["round"], p["level"])]
-                assert len(recs) == p["requests"] == serveload.probe_requests(
-                    p["rate"], spec["capacity"]["requests"], spec["capacity"]["probe_s"])
+                cap_spec = spec["capacity"]
+                assert len(recs) == p["requests"] == (serveload.probe_requests(
+                    p["rate"], cap_spec["requests"], cap_spec["probe_s"]) if "rate" in p else
+                    max(cap_spec["requests"], cap_spec["waves"] * p["concurrency"]))
                 assert sum(loadgen.meets(r, spec["limits"]) for r in recs) == p["good"]
+            # a later round's searches start at the rung's earlier capacities
+            assert (row["capacity"]["hint"] is None) == (row["round"] == 0)
+            assert (row["concurrency"]["hint"] is None) == (row["round"] == 0)
             continue
         recs = [r for r in doc["requests"] if (r["rung"], r["round"], r["level"])
                 == (row["rung"], row["round"], row["level"])]
@@ -857,6 +862,12 @@ def test_serving_under_load_per_request_records(report, run_dir):
     assert caps["native_repack"]["estimate"] >= caps["floor"]["estimate"]
     assert cap["curve"]["floor"] and all(p["ci"] for p in cap["curve"]["floor"])
     assert [c["rung"] for c in cap["cell"]["vs_floor"]][:1] == ["native_repack"]
+    # and the most concurrent streams, searched on the same servers
+    streams = {r["rung"]: r for r in ld["concurrency_capacity"]["rungs"]}
+    assert {"floor", "native_repack", "control"} <= set(streams)
+    for r in streams.values():
+        assert all(x["capacity_streams"] or x["censored"] == "below" for x in r["rounds"])
+    assert streams["native_repack"]["estimate"] >= streams["floor"]["estimate"]
     # the agent's later turns reuse the history with caching on, and never with it off
     later = [r for r in ok if r.get("turn")]
     assert all(r["check"]["cache_n"] > 0 for r in later if r["level"] == "agent-cache")
@@ -874,6 +885,9 @@ def test_serving_under_load_per_request_records(report, run_dir):
     assert "Offline throughput view: llama-batched-bench" in md
     assert "#### Serving capacity" in md and "so a round's capacity is resolved to 1.41x" in md
     assert (run_dir / HOST / "report" / "figures" / "serving_load_capacity.png").is_file()
+    assert "#### Concurrency capacity" in md
+    assert (run_dir / HOST / "report" / "figures"
+            / "serving_load_concurrency_capacity.png").is_file()
 
 
 def test_a_server_killed_mid_load_is_named_and_counted(report, run_dir, tmp_path):

@@ -307,6 +307,16 @@ def test_a_decided_probe_sends_no_more(stand_in):
     assert duration < reqs[3].scheduled_s
 
 
+def test_a_decided_closed_loop_probe_sends_no_more(stand_in):
+    """A concurrency probe ends the same way: once ``decided`` holds, no client sends again."""
+    _, url = stand_in
+    reqs, _ = loadgen.run(loadgen.closed_loop(
+        url, "capacity@c1", body, concurrency=1, requests=4, timeout_s=10, max_s=30,
+        decided=lambda reqs: sum(r.status == "ok" for r in reqs) >= 2))
+    assert [r.status for r in reqs] == ["ok", "ok", "not sent", "not sent"]
+    assert all(r.error == "the probe's outcome was decided" for r in reqs[2:])
+
+
 @pytest.mark.parametrize("mode, status, error", [
     ("http500", "failed", "HTTP 500"),
     ("cut", "failed", ""),
@@ -454,7 +464,8 @@ def test_the_report_prints_success_only_percentiles_beside_the_table(tmp_path):
 
 # --- serving capacity (issue 43, item 1) --------------------------------------------------------
 CAP = {"enabled": True, "target": 0.9, "requests": 8, "probe_s": 5, "start_rps": 0.5,
-       "min_rps": 0.125, "max_rps": 16, "bisect": 2}
+       "min_rps": 0.125, "max_rps": 16, "bisect": 2, "warm_start": True, "max_streams": 16,
+       "waves": 3}
 
 
 def test_a_probe_offers_its_rate_long_enough_to_be_sustained():
@@ -501,10 +512,60 @@ def test_capacity_outside_the_search_is_named_as_a_bound():
     assert loadview._capacity_value(above) == (16, "above")  # a lower bound
 
 
-def capacity_doc(caps: dict[str, list[float]], bisect: int = 2) -> dict:
+def test_a_later_round_starts_at_the_earlier_capacity_on_the_same_grid():
+    """Warm start: from the rung's earlier capacity, one grid step up and down settles it in
+    two probes when it held; far from it, steps of 1, 2, 4 grid steps then bisection find the
+    same rate the first round's doubling finds."""
+    cold, tried = search(1.5)
+    warm, tried = search(1.5, hint=cold["capacity_rps"])
+    assert len(tried) == 2 and warm["bracket"] == cold["bracket"]
+    for true in (0.13, 0.3, 0.7, 3.1, 9.0, 20.0):  # wherever the capacity moved to
+        cold, n_cold = search(true)
+        warm, n_warm = search(true, hint=1.5)
+        assert warm["bracket"] == cold["bracket"] and warm["bound"] == cold["bound"], true
+        assert warm["hint"] == 1.5 and cold["hint"] is None
+    # a hint outside the search's ends starts at the nearest end
+    found, tried = search(100.0, hint=400.0)
+    assert tried == [16.0] and found["bound"] == "above"
+
+
+def test_concurrency_capacity_doubles_then_bisects_to_one_stream():
+    tried: list[int] = []
+
+    def attains(n: int, true: int = 5) -> bool:
+        tried.append(n)
+        return n <= true
+
+    found = serveload.search_concurrency(attains, max_streams=16)
+    assert tried == [1, 2, 4, 8, 6, 5] and found["capacity_streams"] == 5
+    assert found["bracket"] == [5, 6] and found["bound"] == "bracketed"
+    tried.clear()
+    found = serveload.search_concurrency(attains, max_streams=16, hint=5)
+    assert tried == [5, 6] and found["bracket"] == [5, 6]
+    tried.clear()
+    below = serveload.search_concurrency(lambda n: attains(n, 0), max_streams=16)
+    assert tried == [1] and below["bound"] == "below" and below["bracket"] == [None, 1]
+    above = serveload.search_concurrency(lambda n: True, max_streams=12)
+    assert above["bound"] == "above" and above["bracket"] == [12, None]
+
+
+def test_hints_are_the_median_of_earlier_rounds():
+    rows = [{"capacity": {"capacity_rps": r, "bracket": [r, r * 1.19]},
+             "concurrency": {"capacity_streams": c, "bracket": [c, c + 1]}}
+            for r, c in ((2.0, 3), (4.0, 5), (2.38, 4))]
+    assert serveload.capacity_hints([]) == {}
+    assert serveload.capacity_hints(rows) == {"rate": 2.38, "concurrency": 4}
+    below = [{"capacity": {"capacity_rps": None, "bracket": [None, 0.125]}}]
+    assert serveload.capacity_hints(below) == {"rate": 0.125}
+
+
+def capacity_doc(caps: dict[str, list[float]], bisect: int = 2,
+                 streams: dict[str, list[int]] | None = None) -> dict:
     """A load document with only capacity rows: each rung's search run against a server whose
     capacity in round r is ``caps[rung][r]`` (8 requests per probe, all within the limits at
-    or below it, none above)."""
+    or below it, none above); with ``streams``, the concurrency search too, against a server
+    that keeps ``streams[rung][r]`` streams within the limits (its probes measuring 10 output
+    tokens/s per stream)."""
     levels = []
     for rnd in range(len(next(iter(caps.values())))):
         for pos, (rung, per_round) in enumerate(caps.items()):
@@ -518,9 +579,23 @@ def capacity_doc(caps: dict[str, list[float]], bisect: int = 2) -> dict:
 
             found = serveload.search_capacity(attains, start=0.5, min_rate=0.125,
                                               max_rate=16.0, bisect=bisect)
-            levels.append({"level": "capacity", "kind": "capacity", "round": rnd, "order": pos,
-                           "rung": rung, "build_key": rung, "duration_s": 30.0, "summary": {},
-                           "capacity": {**found, "target": 0.9, "probes": probes}})
+            row = {"level": "capacity", "kind": "capacity", "round": rnd, "order": pos,
+                   "rung": rung, "build_key": rung, "duration_s": 30.0, "summary": {},
+                   "capacity": {**found, "target": 0.9, "probes": probes}}
+            if streams:
+                sprobes: list[dict] = []
+
+                def fits(n: int, true: int = streams[rung][rnd]) -> bool:
+                    good = 3 * n if n <= true else 0
+                    sprobes.append({"concurrency": n, "requests": 3 * n, "sent": 3 * n,
+                                    "good": good, "passed": n <= true,
+                                    "output_tokens_per_s": 10.0 * n})
+                    return n <= true
+
+                found = serveload.search_concurrency(fits, max_streams=16)
+                row["concurrency"] = {**found, "target": 0.9, "probes": sprobes,
+                                      "duration_s": 20.0}
+            levels.append(row)
     return {"quant": "q4_0", "threads": 2, "rounds": len(levels) // len(caps),
             "spec": {**SPEC, "capacity": {**CAP, "bisect": bisect}}, "slots": 1,
             "levels_planned": [{"level": "capacity", "kind": "capacity"}], "levels": levels,
@@ -645,3 +720,75 @@ def test_censored_rounds_never_make_an_equivalence():
     assert step["ratio"]["estimate"] == pytest.approx(1.0)
     assert step["verdict"]["call"] == "inconclusive"
     assert step["verdict"]["text"].startswith("inconclusive, not equivalent: `fast` 4 of 4")
+
+
+STREAMS = {"floor": [1, 1, 2, 1], "fast": [9, 8, 9, 10], "control": [9, 9, 8, 10]}
+RATES = {"floor": [0.6, 0.65, 0.6, 0.62], "fast": [2.6, 2.5, 2.7, 2.6],
+         "control": [2.6, 2.55, 2.6, 2.7]}
+
+
+def test_concurrency_capacity_is_judged_like_the_rate():
+    """Streams are bisected to one (exact): no resolution bias; output tok/s and cost are what
+    the passing probes at the capacity measured."""
+    sec = loadview.summarize_load(capacity_doc(RATES, streams=STREAMS), PLAN, STATS, PRICE)
+    cc = sec["concurrency_capacity"]
+    assert cc["dimension"] == "concurrency" and cc["resolution"] == 1.0
+    rungs = {r["rung"]: r for r in cc["rungs"]}
+    assert [x["capacity_streams"] for x in rungs["fast"]["rounds"]] == [9, 8, 9, 10]
+    assert rungs["fast"]["lo"] <= rungs["fast"]["estimate"] <= rungs["fast"]["hi"]
+    # the highest passing probe measured 10 tok/s per stream
+    assert rungs["fast"]["output_tokens_per_s"] == pytest.approx(
+        math.prod(10.0 * n for n in [9, 8, 9, 10]) ** 0.25)
+    assert rungs["fast"]["usd_per_mtok"] == pytest.approx(
+        0.10 / (rungs["fast"]["output_tokens_per_s"] * 3600) * 1e6)
+    step = cc["cell"]["vs_floor"][0]
+    assert step["verdict"]["call"] == "faster" and not step.get("bias")
+    curve = {p["concurrency"]: p for p in cc["curve"]["fast"]}
+    assert curve[1]["attainment"] == 1.0 and curve[16]["attainment"] == 0.0
+    words = loadview.capacity_sentences(cc)
+    assert any("`floor`'s concurrent streams at 90 % of requests" in w for w in words), words
+    assert sec["capacity"]["dimension"] == "rate"  # the rate's, beside it, unchanged
+
+
+def test_compare_gates_on_concurrency_that_fell():
+    from ladder.compare import compare_load
+
+    def report(streams: dict) -> dict:
+        return {"serving": {"load": loadview.summarize_load(
+            capacity_doc(RATES, streams=streams), PLAN, STATS)}}
+
+    fell = {**STREAMS, "fast": [3, 3, 4, 3]}
+    out = compare_load(report(STREAMS), report(fell), 0.95, ("BASE", "NEW"))
+    rows = {r["rung"]: r for r in out["rows"] if r["cell"] == "load capacity (streams)"}
+    assert rows["fast"]["call"] == "slower" and rows["control"]["call"] != "slower"
+    assert any(s.startswith("load capacity (streams) fast: ") for s in out["slower"])
+    # the rate's capacity held: no finding there
+    assert not any(s.startswith("load capacity fast") for s in out["slower"])
+    # where a later round's search starts does not make two runs incomparable
+    other = capacity_doc(RATES, streams=STREAMS)
+    other["spec"] = {**other["spec"], "capacity": {**CAP, "warm_start": False}}
+    out = compare_load(report(STREAMS), {"serving": {"load": loadview.summarize_load(
+        other, PLAN, STATS)}}, 0.95, ("BASE", "NEW"))
+    assert not out["not_comparable"]
+
+
+def test_the_report_prints_each_rungs_concurrency_capacity(tmp_path):
+    from ladder.render import render_all
+
+    fixture = Path(__file__).parent / "fixtures" / "report-default" / "ladder.json"
+    doc = json.loads(fixture.read_text())
+    sec = loadview.summarize_load(capacity_doc(RATES, streams=STREAMS), PLAN, STATS, PRICE)
+    sec["capacity_sentences"] = loadview.capacity_sentences(sec["capacity"])
+    sec["concurrency_sentences"] = loadview.capacity_sentences(sec["concurrency_capacity"])
+    doc["serving"]["load"] = sec
+    src = tmp_path / "ladder.json"
+    src.write_text(json.dumps(doc))
+    paths = render_all(src, tmp_path / "out", workdir=tmp_path)
+    md, html = Path(paths["md"]).read_text(), Path(paths["html"]).read_text()
+    part = md[md.find("#### Concurrency capacity"):]
+    assert part.startswith("#### Concurrency capacity"), md[md.find("Serving capacity"):][:3000]
+    assert "| `fast` | 8.97 (" in part and "| 9, 8, 9, 10 |" in part
+    assert "- `fast` sustains" in part and "concurrent streams" in part
+    assert "a later round starts at the rung's earlier capacity" in md
+    assert 'id="concurrency-capacity-table"' in html
+    assert "serving_load_concurrency_capacity" in html

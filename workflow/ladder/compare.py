@@ -164,37 +164,51 @@ def compare_load(base: Mapping[str, Any], new: Mapping[str, Any], confidence: fl
             out["rows"].append(row)
             if row["call"] == "slower":
                 out["slower"].append(f"{where} {rung}: {row['text']}")
-    _compare_capacity(lb.get("capacity"), ln.get("capacity"), confidence, names, out)
+    for key in ("capacity", "concurrency_capacity"):
+        _compare_capacity(lb.get(key), ln.get(key), confidence, names, out)
     return out
 
 
 CAPACITY_SPEC = ("target", "limits", "requests_per_probe", "search")
+# where a later round's search starts does not change its grid, its ends or its resolution
+PATH_ONLY = ("warm_start",)
+
+
+def _capacity_spec(cap: Mapping[str, Any], key: str) -> Any:
+    if key != "search":
+        return cap.get(key)
+    return {k: v for k, v in (cap.get(key) or {}).items() if k not in PATH_ONLY}
 
 
 def _compare_capacity(cb: Mapping[str, Any] | None, cn: Mapping[str, Any] | None,
                       confidence: float, names: tuple[str, str], out: dict[str, Any]) -> None:
-    """Each rung's serving capacity, NEW/BASE of the runs' per-round capacities (Welch), the
-    search's resolution carried as in the run (``loadview.capacity``): a capacity that fell is
-    a "slower" finding."""
+    """Each rung's serving capacity (by rate, or by concurrent streams), NEW/BASE of the runs'
+    per-round capacities (Welch), the search's resolution carried as in the run
+    (``loadview.capacity``): a capacity that fell is a "slower" finding."""
+    streams = (cb or cn or {}).get("dimension") == "concurrency"
+    what = "serving capacity (streams)" if streams else "serving capacity"
+    where = "load capacity (streams)" if streams else "load capacity"
     if cb is None or cn is None:
         for name, cap in zip(names, (cb, cn)):
             if cap is not None:
-                out["only_in"].setdefault(name, []).append("serving capacity")
+                out["only_in"].setdefault(name, []).append(what)
         return
-    why = [k for k in CAPACITY_SPEC if cb.get(k) != cn.get(k)]
+    why = [k for k in CAPACITY_SPEC if _capacity_spec(cb, k) != _capacity_spec(cn, k)]
     if why:
-        out["not_comparable"].append({"cell": "serving capacity", "differ": why})
+        out["not_comparable"].append({"cell": what, "differ": why})
         return
-    bias = math.log(max(cb["resolution"], cn["resolution"]))
+    res = max(cb["resolution"], cn["resolution"])
+    bias = math.log(res) if res > 1 else None
     floor = _floor(cb["cell"], cn["cell"])
+    key = "capacity_streams" if streams else "capacity_rps"
     rb = {r["rung"]: r for r in cb["rungs"]}
     for r in cn["rungs"]:
         if r["rung"] not in rb:
             continue
-        vb = [x["capacity_rps"] for x in rb[r["rung"]]["rounds"] if x["capacity_rps"]]
-        vn = [x["capacity_rps"] for x in r["rounds"] if x["capacity_rps"]]
+        vb = [x[key] for x in rb[r["rung"]]["rounds"] if x[key]]
+        vn = [x[key] for x in r["rounds"] if x[key]]
         if not vb or not vn:
-            out["rows"].append({"cell": "load capacity", "rung": r["rung"], "ratio": None,
+            out["rows"].append({"cell": where, "rung": r["rung"], "ratio": None,
                                 "call": "not measured", "text": "not measured in both runs"})
             continue
         est = stats.unpaired_ratio_ci(vb, vn, confidence)
@@ -202,16 +216,16 @@ def _compare_capacity(cb: Mapping[str, Any] | None, cn: Mapping[str, Any] | None
                              ((names[0], censored_words(rb[r["rung"]])),
                               (names[1], censored_words(r))) if words)
         v = stats.judge({"ratio": asdict(est), "threshold": floor, "bias": bias,
-                         "bias_why": "the search's resolution",
+                         "bias_why": "the search's resolution" if bias else None,
                          "no_equivalence": (f"{censored}: values outside the search only hide "
                                             "differences") if censored else None})
-        row = {"cell": "load capacity", "rung": r["rung"],
+        row = {"cell": where, "rung": r["rung"],
                "base_median": rb[r["rung"]]["estimate"], "new_median": r["estimate"],
                "ratio": asdict(est), "floor": floor, "call": v["call"],
                "text": v["text"].replace("paired rounds", "rounds"), "changes": []}
         out["rows"].append(row)
         if v["call"] == "slower":
-            out["slower"].append(f"load capacity {r['rung']}: {v['text']}")
+            out["slower"].append(f"{where} {r['rung']}: {v['text']}")
 
 
 def compare(base: Mapping[str, Any], new: Mapping[str, Any], confidence: float = 0.95,

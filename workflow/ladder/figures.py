@@ -412,22 +412,27 @@ def serving_figures(doc: Mapping[str, Any], out: Path) -> dict[str, Any]:
     load = srv.get("load")
     if load and load.get("table"):
         figs.update(load_curves(doc, load, out))
-    if load and load.get("capacity"):
-        figs["load_capacity"] = attainment_curves(doc, load["capacity"], out)
+    for key, name in (("capacity", "load_capacity"),
+                      ("concurrency_capacity", "load_concurrency_capacity")):
+        if load and load.get(key):
+            figs[name] = attainment_curves(doc, load[key], out)
     return figs
 
 
 def attainment_curves(doc: Mapping[str, Any], cap: Mapping[str, Any], out: Path
                       ) -> dict[str, Any]:
-    """SLO attainment against the offered rate per rung (every probe pooled per rate, Wilson
-    intervals), the target drawn: where each curve crosses it is that rung's capacity."""
-    fid = "serving_load_capacity"
+    """SLO attainment against the offered rate (or concurrent streams) per rung (every probe
+    pooled per value, Wilson intervals), the target drawn: where each curve crosses it is that
+    rung's capacity."""
+    streams = cap.get("dimension") == "concurrency"
+    x = "concurrency" if streams else "rate"
+    fid = "serving_load_concurrency_capacity" if streams else "serving_load_capacity"
     names = [n for n in dict.fromkeys([*_order(doc), *cap["curve"]]) if cap["curve"].get(n)]
     fig, ax = plt.subplots(figsize=(6.8, 3.4))
     for i, n in enumerate(names):
         pts = cap["curve"][n]
         color = "#999999" if n == doc.get("control") else COLORS[i % len(COLORS)]
-        xs = [p["rate"] for p in pts]
+        xs = [p[x] for p in pts]
         ys = [p["attainment"] * 100 for p in pts]
         err = [[(p["attainment"] - p["ci"][0]) * 100 for p in pts],
                [(p["ci"][1] - p["attainment"]) * 100 for p in pts]]
@@ -435,17 +440,20 @@ def attainment_curves(doc: Mapping[str, Any], cap: Mapping[str, Any], out: Path
     ax.axhline(cap["target"] * 100, color="#b22222", linewidth=1, linestyle="--",
                label=f"target {cap['target'] * 100:g} %")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("offered request rate (requests/s, log scale)")
+    ax.set_xlabel("concurrent streams (closed loop, log scale)" if streams
+                  else "offered request rate (requests/s, log scale)")
     ax.set_ylabel("requests within the limits (%)")
     ax.set_ylim(-5, 105)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    ax.set_title("SLO attainment against load", fontsize=10)
+    title = f"SLO attainment against {'concurrent streams' if streams else 'request rate'}"
+    ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    return {"id": fid, "title": "SLO attainment against load", "file": _save(fig, out, fid),
-            "caption": "Every capacity probe of every round pooled per rung and rate; bars: "
+    what = "number of streams" if streams else "rate"
+    return {"id": fid, "title": title, "file": _save(fig, out, fid),
+            "caption": f"Every capacity probe of every round pooled per rung and {what}; bars: "
                        "95 % Wilson intervals. Dashed red: the attainment target; a rung's "
-                       "capacity is the highest rate it kept above it."}
+                       f"capacity is the highest {what} it kept above it."}
 
 
 def load_curves(doc: Mapping[str, Any], load: Mapping[str, Any], out: Path

@@ -176,21 +176,31 @@ def _session() -> aiohttp.ClientSession:
 
 
 async def closed_loop(url: str, level: str, body: Body, *, concurrency: int, requests: int,
-                      timeout_s: float, max_s: float) -> tuple[list[Request], float]:
-    """``concurrency`` clients, each sending its next request when its last one finished."""
+                      timeout_s: float, max_s: float,
+                      decided: Callable[[Sequence[Request]], bool] | None = None
+                      ) -> tuple[list[Request], float]:
+    """``concurrency`` clients, each sending its next request when its last one finished.
+    ``decided``: as ``open_loop``'s (once it holds, the requests not yet sent are not)."""
     check_local(url)
     reqs = [Request(i, level, len(body(i)["prompt"]), body(i)["n_predict"])
             for i in range(requests)]
     queue = list(range(requests))
     origin = time.perf_counter()
+    over = False
     async with _session() as session:
         async def client() -> None:
+            nonlocal over
             while queue:
                 i = queue.pop(0)
+                if over:
+                    reqs[i].status, reqs[i].error = "not sent", "the probe's outcome was decided"
+                    continue
                 if time.perf_counter() - origin > max_s:
                     reqs[i].status, reqs[i].error = "not sent", f"level over its {max_s:g} s"
                     continue
                 await stream(session, url, reqs[i], body(i), origin, timeout_s)
+                if decided is not None and decided(reqs):
+                    over = True
 
         await asyncio.gather(*(client() for _ in range(concurrency)))
     return reqs, time.perf_counter() - origin

@@ -130,6 +130,8 @@ def summarize_load(doc: Mapping[str, Any], plan: Mapping[str, Any],
             "client_cpus": doc.get("client_cpus"), "rounds": doc["rounds"],
             "table": table, "success_only": success_only(table), "cells": cells,
             "capacity": capacity(doc, ladder, control, twin, stats_cfg, price),
+            "concurrency_capacity": capacity(doc, ladder, control, twin, stats_cfg, price,
+                                             "concurrency"),
             "agent": agent, "cache_lever": _cache_lever(
                 doc, names, stats_cfg) if any(lv["kind"] == "agent"
                                               for lv in doc["levels_planned"]) else [],
@@ -143,31 +145,63 @@ def resolution(spec: Mapping[str, Any]) -> float:
     return float(2 ** (1 / 2 ** int(spec["bisect"])))
 
 
+# The two searches of a capacity row (``serveload._capacity``): its key in the row, the key of a
+# round's value, the words, the search's ends and its resolution (streams are bisected to one:
+# exact)
+DIMS: dict[str, dict[str, Any]] = {
+    "rate": {"row": "capacity", "value": "capacity_rps", "what": "request rate",
+             "unit": "/s", "x": "rate", "bottom": "min_rps", "top": "max_rps",
+             "search": ("probe_s", "start_rps", "min_rps", "max_rps", "bisect", "warm_start")},
+    "concurrency": {"row": "concurrency", "value": "capacity_streams",
+                    "what": "concurrent streams", "unit": " streams", "x": "concurrency",
+                    "bottom": None, "top": "max_streams",
+                    "search": ("max_streams", "waves", "requests", "warm_start")},
+}
+
+
+def _resolution(spec: Mapping[str, Any], dim: str) -> float:
+    return resolution(spec) if dim == "rate" else 1.0
+
+
 def _capacity_value(found: Mapping[str, Any]) -> tuple[float | None, str | None]:
-    """A round's capacity as a number, and its censoring: the highest rate that passed (the
-    true capacity lies in [it, it x resolution)); "above": ``max_rps`` passed (a lower bound);
-    "below": even the lowest rate tried failed, and it counts as that rate (an upper bound).
-    Clamped into the search's range, a ratio only moves toward 1x."""
+    """A round's capacity as a number, and its censoring: the highest rate (or streams) that
+    passed (the true capacity lies in [it, it x resolution)); "above": the search's top passed
+    (a lower bound); "below": even the lowest tried failed, and it counts as that value (an
+    upper bound). Clamped into the search's range, a ratio only moves toward 1x."""
     lo, hi = found["bracket"]
     if found["bound"] == "below":
         return hi, "below"
     return lo, ("above" if found["bound"] == "above" else None)
 
 
+def _at_capacity(found: Mapping[str, Any], dim: str) -> float | None:
+    """Output tokens/s measured by the round's highest passing concurrency probe (at a rate
+    capacity it follows from the rate: ``_rung_capacity``)."""
+    passed = [p for p in found.get("probes", []) if p.get("passed") and p.get(DIMS[dim]["x"])
+              == found["bracket"][0]]
+    return passed[-1].get("output_tokens_per_s") if passed else None
+
+
 def _rung_capacity(name: str, rows: Sequence[Mapping[str, Any]], spec: Mapping[str, Any],
-                   n_gen: int, conf: float, price: Mapping[str, Any] | None
+                   n_gen: int, conf: float, price: Mapping[str, Any] | None, dim: str = "rate"
                    ) -> dict[str, Any]:
     """One rung's capacity over its rounds: the geometric mean, its interval widened by the
     resolution (open on a side a censored round leaves unbounded), output tok/s and $ per
-    million output tokens at it, each printed as the bound it is when rounds were censored."""
-    res = resolution(spec)
+    million output tokens at it (at a rate: rate x n_gen; at a concurrency: what its passing
+    probes measured), each printed as the bound it is when rounds were censored."""
+    d = DIMS[dim]
+    res = _resolution(spec, dim)
     rounds = []
     for r in sorted(rows, key=lambda r: r["round"]):
-        value, censored = _capacity_value(r["capacity"])
-        rounds.append({"round": r["round"], "capacity_rps": value, "censored": censored,
-                       "bracket": r["capacity"]["bracket"],
-                       "probes": len(r["capacity"]["probes"]), "duration_s": r["duration_s"]})
-    est = stats.ratio_ci([x["capacity_rps"] for x in rounds if x["capacity_rps"]], conf)
+        found = r[d["row"]]
+        value, censored = _capacity_value(found)
+        rounds.append({"round": r["round"], d["value"]: value, "censored": censored,
+                       "bracket": found["bracket"], "hint": found.get("hint"),
+                       "probes": len(found["probes"]),
+                       "duration_s": found.get("duration_s", r["duration_s"]),
+                       "output_tokens_per_s": _at_capacity(found, dim) if dim != "rate"
+                       else None})
+    est = stats.ratio_ci([x[d["value"]] for x in rounds if x[d["value"]]], conf)
     below = sum(x["censored"] == "below" for x in rounds)
     above = sum(x["censored"] == "above" for x in rounds)
     entry: dict[str, Any] = {
@@ -176,7 +210,7 @@ def _rung_capacity(name: str, rows: Sequence[Mapping[str, Any]], spec: Mapping[s
         "lo": est.lo if not below else None,
         "hi": est.hi * res if est.hi is not None and not above else None, "n": est.n,
         "censored": {"below": below, "above": above}}
-    entry["text"] = _capacity_text(entry, spec)
+    entry["text"] = _capacity_text(entry, spec, dim)
     if not est.estimate:
         return entry
     # at the search's top the capacity is a lower bound, and so is its throughput (its cost an
@@ -184,7 +218,13 @@ def _rung_capacity(name: str, rows: Sequence[Mapping[str, Any]], spec: Mapping[s
     more, less, both = {(True, False): ("≥ ", "≤ ", ""), (False, True): ("≤ ", "≥ ", ""),
                         (True, True): ("", "", " (censored both ways)")}.get(
                             (bool(above), bool(below)), ("", "", ""))
-    tps = est.estimate * float(n_gen)
+    if dim == "rate":
+        tps: float | None = est.estimate * float(n_gen)
+    else:
+        tps = stats.ratio_ci([x["output_tokens_per_s"] for x in rounds
+                              if x["output_tokens_per_s"]], conf).estimate
+    if not tps:
+        return entry
     entry["output_tokens_per_s"] = tps
     entry["tps_text"] = f"{more}{tps:.1f}{both}"
     if price:
@@ -196,41 +236,45 @@ def _rung_capacity(name: str, rows: Sequence[Mapping[str, Any]], spec: Mapping[s
 
 def capacity(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
              twin: str | None, stats_cfg: Mapping[str, Any],
-             price: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
-    """Each rung's serving capacity (``serveload.search_capacity``, once per round on its own
-    server): per round the highest rate within the SLO target; across rounds their geometric
-    mean with its t-interval, widened by the search's resolution (a round's capacity is only
-    known to lie in [found, found x resolution)); judged between rungs like a bench cell
-    (paired by round, higher is better), every comparison's interval widened and its estimate
-    shrunk by ln(resolution) before the test (``stats.verdict``'s ``bias``: a call needs the
-    ratio beyond the threshold by more than the search can resolve); the attainment curve
-    (every probe pooled per rung and rate, Wilson intervals); $ per million output tokens at the
-    capacity when the host has a price."""
-    rows = [r for r in doc["levels"] if r["kind"] == "capacity" and r.get("capacity")]
+             price: Mapping[str, Any] | None = None, dim: str = "rate"
+             ) -> dict[str, Any] | None:
+    """Each rung's serving capacity (``serveload._capacity``, once per round on its own
+    server), by request rate or (``dim`` "concurrency") by concurrent streams: per round the
+    highest value within the SLO target; across rounds their geometric mean with its
+    t-interval, widened by the search's resolution (a round's rate capacity is only known to
+    lie in [found, found x resolution); streams are bisected to one, exact); judged between
+    rungs like a bench cell (paired by round, higher is better), every comparison's interval
+    widened and its estimate shrunk by ln(resolution) before the test (``stats.verdict``'s
+    ``bias``: a call needs the ratio beyond the threshold by more than the search can
+    resolve); the attainment curve (every probe pooled per rung and value, Wilson intervals);
+    $ per million output tokens at the capacity when the host has a price."""
+    d = DIMS[dim]
+    rows = [r for r in doc["levels"] if r["kind"] == "capacity" and r.get(d["row"])]
     if not rows:
         return None
     spec = doc["spec"]["capacity"]
-    res = resolution(spec)
+    res = _resolution(spec, dim)
     conf = float(stats_cfg["confidence"])
     names = [n for n in list(ladder) + ([control] if control else [])
              if any(r["rung"] == n for r in rows)]
     per_rung = [_rung_capacity(n, [r for r in rows if r["rung"] == n], spec,
-                               doc["spec"]["n_gen"], conf, price) for n in names]
+                               doc["spec"]["n_gen"], conf, price, dim) for n in names]
     samples = [{"rung": r["rung"], "round": r["round"], "order": r["order"], "warmup": False,
                 "build_key": r["build_key"], "tokens_per_s": value}
                for r in rows if r["rung"] in names
-               for value in [_capacity_value(r["capacity"])[0]] if value]
-    pseudo = {"quant": doc["quant"], "workload": "capacity", "threads": doc["threads"],
-              "samples": samples,
+               for value in [_capacity_value(r[d["row"]])[0]] if value]
+    pseudo = {"quant": doc["quant"], "workload": f"capacity ({d['what']})",
+              "threads": doc["threads"], "samples": samples,
               "workload_spec": {"n_prompt": doc["spec"]["n_prompt"], "n_gen": 0}}
     cell = stats.summarize_cell(pseudo, ladder, control, twin, confidence=conf,
                                 resamples=stats_cfg["bootstrap_resamples"],
                                 seed=stats_cfg["seed"], thresholds=stats_cfg.get("threshold"))
     words = {e["rung"]: censored_words(e) for e in per_rung}
     for comp in cell["steps"] + cell["vs_floor"]:
-        comp["bias_why"] = "the search's resolution" + (
-            " and the failed control check" if comp.get("bias") else "")
-        comp["bias"] = (comp.get("bias") or 0.0) + math.log(res)
+        if res > 1:
+            comp["bias_why"] = "the search's resolution" + (
+                " and the failed control check" if comp.get("bias") else "")
+            comp["bias"] = (comp.get("bias") or 0.0) + math.log(res)
         out_of_range = [words[n] for n in (comp["base"], comp["rung"]) if words.get(n)]
         if out_of_range:
             # clamped to the search's range, a ratio only moves toward 1: a call stands, an
@@ -239,11 +283,11 @@ def capacity(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
             comp["no_equivalence"] = (comp["censored"] + ": values outside the search only "
                                       "hide differences")
         comp["verdict"] = stats.judge(comp)
-    return {"target": spec["target"], "limits": doc["spec"]["limits"],
+    return {"dimension": dim, "what": d["what"], "unit": d["unit"], "value_key": d["value"],
+            "target": spec["target"], "limits": doc["spec"]["limits"],
             "requests_per_probe": spec["requests"], "resolution": res,
-            "search": {k: spec[k] for k in ("probe_s", "start_rps", "min_rps", "max_rps",
-                                            "bisect")},
-            "rungs": per_rung, "cell": cell, "curve": attainment_curve(rows, names, conf),
+            "search": {k: spec.get(k) for k in d["search"]},
+            "rungs": per_rung, "cell": cell, "curve": attainment_curve(rows, names, conf, dim),
             "price": dict(price) if price else None}
 
 
@@ -255,14 +299,15 @@ def censored_words(entry: Mapping[str, Any]) -> str:
     return f"`{entry['rung']}` " + " and ".join(words) if words else ""
 
 
-def _capacity_text(entry: Mapping[str, Any], spec: Mapping[str, Any]) -> str:
+def _capacity_text(entry: Mapping[str, Any], spec: Mapping[str, Any], dim: str = "rate"
+                   ) -> str:
     """"2.38 (2.38-2.83)"; "≥ 16 (every round at the search's top)"; "< 0.125 (...)"."""
     est, lo, hi = entry["estimate"], entry["lo"], entry["hi"]
     if est is None:
         return "-"
     c, n = entry["censored"], len(entry["rounds"])
     if c["above"] == n:
-        return f"≥ {float(spec['max_rps']):.3g} (every round at the search's top)"
+        return f"≥ {float(spec[DIMS[dim]['top']]):.3g} (every round at the search's top)"
     if c["below"] == n:
         return f"< {est:.3g} (every round below the search)"
     if lo is None and hi is None:
@@ -275,28 +320,29 @@ def _capacity_text(entry: Mapping[str, Any], spec: Mapping[str, Any]) -> str:
 
 
 def attainment_curve(rows: Sequence[Mapping[str, Any]], names: Sequence[str],
-                     confidence: float) -> dict[str, list[dict[str, Any]]]:
-    """SLO attainment against the offered rate per rung: every probe of every round pooled by
-    its rate (the doubling rates recur in every round; a bisection's rarely), over the requests
-    sent (a probe ends once it can no longer pass), with a Wilson interval on the share
-    (scipy's binomtest)."""
+                     confidence: float, dim: str = "rate") -> dict[str, list[dict[str, Any]]]:
+    """SLO attainment against the offered rate (or streams) per rung: every probe of every
+    round pooled by its value (the doubling values recur in every round; a bisection's
+    rarely), over the requests sent (a probe ends once it can no longer pass), with a Wilson
+    interval on the share (scipy's binomtest)."""
+    d = DIMS[dim]
     out: dict[str, list[dict[str, Any]]] = {}
     for n in names:
-        by_rate: dict[float, list[int]] = {}
+        by_x: dict[float, list[int]] = {}
         for r in rows:
             if r["rung"] != n:
                 continue
-            for p in r["capacity"]["probes"]:
-                k = float(f"{p['rate']:.4g}")
-                got = by_rate.setdefault(k, [0, 0])
+            for p in r[d["row"]]["probes"]:
+                k = float(f"{p[d['x']]:.4g}")
+                got = by_x.setdefault(k, [0, 0])
                 got[0] += int(p["good"])
                 got[1] += int(p.get("sent", p["requests"]))  # a decided probe's unsent: unknown
         pts = []
-        for rate in sorted(by_rate):
-            good, total = by_rate[rate]
+        for x in sorted(by_x):
+            good, total = by_x[x]
             ci = binomtest(good, total).proportion_ci(confidence, method="wilson") \
                 if total else None
-            pts.append({"rate": rate, "good": good, "requests": total,
+            pts.append({d["x"]: x, "good": good, "requests": total,
                         "attainment": good / total if total else None,
                         "ci": [float(ci.low), float(ci.high)] if ci else None})
         out[n] = pts
@@ -317,7 +363,7 @@ def capacity_sentences(cap: Mapping[str, Any] | None) -> list[str]:
         if v["call"] not in ("faster", "slower") or r["estimate"] is None:
             continue
         line = (f"`{comp['rung']}` sustains {stats.fmt_ratio(r['estimate'])} `{comp['base']}`'s "
-                f"request rate at {slo} ({v['text']})"
+                f"{cap.get('what', 'request rate')} at {slo} ({v['text']})"
                 + (f"; censored rounds only pull it toward 1x: {comp['censored']}"
                    if comp.get("censored") else ""))
         if line not in out:

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import random
+import statistics
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -49,44 +50,93 @@ def levels(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def search_capacity(attains: Callable[[float], bool], *, start: float, min_rate: float,
-                    max_rate: float, bisect: int) -> dict[str, Any]:
-    """The highest request rate whose probe ``attains(rate)`` (SLO attainment at or above the
-    target), by doubling from ``start`` (or halving, if ``start`` fails) until one rate passes
-    and the next fails, then ``bisect`` geometric bisections of that bracket (guidellm's and
-    vLLM's SLA sweeps search the same way). The capacity is the highest rate that passed (a
-    lower bound of the round's true capacity); the true one lies below ``bracket[1]``.
-    ``bound``: "bracketed", "below" (even ``min_rate`` failed: capacity < min_rate) or "above"
-    (``max_rate`` passed: capacity >= max_rate)."""
-    lo: float | None = None
-    hi: float | None = None
-    rate = start
-    if attains(rate):
-        lo = rate
-        while hi is None and lo * 2 <= max_rate * (1 + 1e-9):
-            rate = lo * 2
-            if attains(rate):
-                lo = rate
+def _walk(passes: Callable[[int], bool], k0: int, kmin: int, kmax: int, step: int,
+          gallop: bool) -> tuple[int | None, int | None]:
+    """The bracket [lo, hi] on an integer grid where ``passes(lo)`` and not ``passes(hi)``
+    (``lo`` None: even ``kmin`` failed; ``hi`` None: ``kmax`` passed), walking from ``k0``
+    in steps of ``step`` (doubled after each step when ``gallop``), never past the grid's
+    ends, then halving the bracket down to one grid step."""
+    lo: int | None = None
+    hi: int | None = None
+    k = min(max(k0, kmin), kmax)
+    if passes(k):
+        lo = k
+        while hi is None and lo < kmax:
+            k = min(lo + step, kmax)
+            if passes(k):
+                lo = k
             else:
-                hi = rate
+                hi = k
+            step *= 2 if gallop else 1
     else:
-        hi = rate
-        while lo is None and hi / 2 >= min_rate * (1 - 1e-9):
-            rate = hi / 2
-            if attains(rate):
-                lo = rate
+        hi = k
+        while lo is None and hi > kmin:
+            k = max(hi - step, kmin)
+            if passes(k):
+                lo = k
             else:
-                hi = rate
-    if lo is not None and hi is not None:
-        for _ in range(bisect):
-            mid = math.sqrt(lo * hi)
-            if attains(mid):
-                lo = mid
-            else:
-                hi = mid
+                hi = k
+            step *= 2 if gallop else 1
+    while lo is not None and hi is not None and hi - lo > 1:
+        mid = (lo + hi) // 2
+        if passes(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, hi
+
+
+def _found(lo: float | None, hi: float | None, hint: float | None) -> dict[str, Any]:
     bound = "bracketed" if lo is not None and hi is not None else (
         "above" if lo is not None else "below")
-    return {"capacity_rps": lo, "bracket": [lo, hi], "bound": bound}
+    return {"capacity": lo, "bracket": [lo, hi], "bound": bound, "hint": hint}
+
+
+def search_capacity(attains: Callable[[float], bool], *, start: float, min_rate: float,
+                    max_rate: float, bisect: int, hint: float | None = None) -> dict[str, Any]:
+    """The highest request rate whose probe ``attains(rate)`` (SLO attainment at or above the
+    target), on the grid start x 2^(k / 2^bisect) between the powers of two (times ``start``)
+    nearest inside [min_rate, max_rate]. A first search (``hint`` None) doubles from ``start``
+    (or halves, if ``start`` fails) until one rate passes and the next fails, then bisects that
+    bracket ``bisect`` times (guidellm's and vLLM's SLA sweeps search the same way). A later
+    round starts at ``hint`` (the rung's capacity in its earlier rounds) and walks one grid step,
+    then two, four, ... until the bracket is found, then bisects it: the same grid, so the same
+    resolution, in two probes when the capacity held. The capacity is the highest rate that
+    passed (a lower bound of the round's true capacity); the true one lies below
+    ``bracket[1]``. ``bound``: "bracketed", "below" (even the lowest rate failed: capacity
+    below it) or "above" (the highest passed: capacity at least it)."""
+    m = 2 ** int(bisect)
+    # the ends as before: whole doublings of start inside [min_rate, max_rate]
+    kmin = -m * math.floor(math.log2(start / min_rate) + 1e-9)
+    kmax = m * math.floor(math.log2(max_rate / start) + 1e-9)
+
+    def rate(k: int) -> float:
+        return start * 2 ** (k / m)
+
+    def passes(k: int) -> bool:
+        return attains(rate(k))
+
+    if hint is None:
+        lo, hi = _walk(passes, 0, kmin, kmax, m, gallop=False)
+    else:
+        lo, hi = _walk(passes, round(m * math.log2(hint / start)), kmin, kmax, 1, gallop=True)
+    out = _found(None if lo is None else rate(lo), None if hi is None else rate(hi), hint)
+    out["capacity_rps"] = out.pop("capacity")
+    return out
+
+
+def search_concurrency(attains: Callable[[int], bool], *, max_streams: int,
+                       hint: int | None = None) -> dict[str, Any]:
+    """The most concurrent streams (closed loop: each client sends its next request when its
+    last one finished) whose probe ``attains(n)``: from 1 (or ``hint``, a later round's start)
+    up by 1, 2, 4, ... streams until one fails, then bisected to a single stream (exact, for
+    attainment that falls with load). ``bound`` as ``search_capacity``'s (below: even one
+    stream failed)."""
+    lo, hi = _walk(attains, 1 if hint is None else int(hint), 1, int(max_streams), 1,
+                   gallop=True)
+    out = _found(lo, hi, hint)
+    out["capacity_streams"] = out.pop("capacity")
+    return out
 
 
 def slots_for(cfg: Mapping[str, Any]) -> int:
@@ -116,12 +166,13 @@ def run_level(srv: Server, lv: Mapping[str, Any], cfg: Mapping[str, Any], seed: 
               decided: Callable[[Sequence[loadgen.Request]], bool] | None = None
               ) -> tuple[list[loadgen.Request], float, list[dict[str, float]]]:
     """One level against a running server; its requests, duration and /metrics samples
-    (``decided``: an open level's early end, ``loadgen.open_loop``)."""
+    (``decided``: a capacity probe's early end, ``loadgen.open_loop``)."""
     timeout, max_s = float(cfg["request_timeout_s"]), float(cfg["level_max_s"])
     body = _body(cfg, cell_seed(seed, lv["level"]))
     if lv["kind"] == "closed":
         work = loadgen.closed_loop(srv.url, lv["level"], body, concurrency=lv["concurrency"],
-                                   requests=cfg["requests"], timeout_s=timeout, max_s=max_s)
+                                   requests=cfg["requests"], timeout_s=timeout, max_s=max_s,
+                                   decided=decided)
     elif lv["kind"] == "open":
         work = loadgen.open_loop(srv.url, lv["level"], body, rate=lv["rate"],
                                  requests=cfg["requests"], seed=cell_seed(seed, "arrivals"),
@@ -175,6 +226,7 @@ def measure_load(*, rungs: Sequence[Mapping[str, Any]], model_meta: str,
     brief = host_brief()
     requests: list[dict[str, Any]] = []
     level_rows: list[dict[str, Any]] = []
+    warm = bool((cfg.get("capacity") or {}).get("warm_start"))
     before = os.sched_getaffinity(0)
     if client_cpus:
         os.sched_setaffinity(0, client_cpus)
@@ -188,7 +240,9 @@ def measure_load(*, rungs: Sequence[Mapping[str, Any]], model_meta: str,
                     cfg=cfg, plan=plan, threads=threads, slots=slots, ctx=ctx, port=port,
                     cpu_list=cpu_list, seed=cell_seed(seed, f"{cell}/{rnd}"),
                     stem=raw / f"round{rnd:02d}-{pos:02d}-{name}", status=status[name],
-                    where=f"{cell} {name} round {rnd}")
+                    where=f"{cell} {name} round {rnd}",
+                    hints=capacity_hints([r for r in level_rows if r["rung"] == name
+                                          and r["kind"] == "capacity"]) if warm else {})
                 for row in got["levels"]:
                     row.update(round=rnd, order=pos, rung=name,
                                build_key=status[name]["build_key"])
@@ -226,7 +280,8 @@ def _client_cpus(server_cpus: Sequence[int] | None) -> list[int] | None:
 def _one_server(*, name: str, rung: Mapping[str, Any], bin_dir: str, model: str,
                 cfg: Mapping[str, Any], plan: Sequence[Mapping[str, Any]], threads: int,
                 slots: int, ctx: int, port: int | None, cpu_list: list[int] | None, seed: int,
-                stem: Path, status: dict[str, Any], where: str) -> dict[str, Any]:
+                stem: Path, status: dict[str, Any], where: str,
+                hints: Mapping[str, Any]) -> dict[str, Any]:
     """One rung's server for one round: every level, every request kept; a server that does
     not start or dies is this rung's status, never the run's (a taken port is the machine's)."""
     log = f"{stem}.server.log"
@@ -254,7 +309,7 @@ def _one_server(*, name: str, rung: Mapping[str, Any], bin_dir: str, model: str,
             random.Random(seed).shuffle(order)
             for i, lv in enumerate(order):
                 if lv["kind"] == "capacity":
-                    row, records = _capacity(srv, lv, cfg, seed, metrics_seen)
+                    row, records = _capacity(srv, lv, cfg, seed, metrics_seen, hints)
                     rows.append({**row, "position": i, "cpus_seen": seen})
                     recs += records
                     if not alive(srv.pid):
@@ -276,7 +331,7 @@ def _one_server(*, name: str, rung: Mapping[str, Any], bin_dir: str, model: str,
                                       + (f"; not run: {', '.join(skipped)}" if skipped else ""))
             brief = ", ".join(
                 f"{r['level']} p99 TTFT {_ms(r['summary']['ttft_p99_ms'])}"
-                if r["kind"] != "capacity" else f"capacity {_rps(r['capacity'])}"
+                if r["kind"] != "capacity" else f"capacity {_rps(r)}"
                 for r in rows if r["kind"] != "agent")
     except PortTaken:
         raise
@@ -289,25 +344,24 @@ def _one_server(*, name: str, rung: Mapping[str, Any], bin_dir: str, model: str,
 
 
 def _capacity(srv: Server, lv: Mapping[str, Any], cfg: Mapping[str, Any], seed: int,
-              metrics_seen: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """This round's capacity search on a running server (``search_capacity``): every probe an
-    open-loop level of ``capacity.requests`` requests at its rate (the load's arrivals and
-    burstiness), passed when the share of its requests within every limit of ``load.limits``
-    reaches ``capacity.target``. Every probe's summary and requests are kept."""
+              metrics_seen: dict[str, Any], hints: Mapping[str, Any]
+              ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """This round's capacity searches on a running server: the request rate
+    (``search_capacity``; every probe an open-loop level at its rate, the load's arrivals and
+    burstiness) and, with ``capacity.max_streams``, the concurrent streams
+    (``search_concurrency``; every probe a closed-loop level of that many clients). A probe
+    passes when the share of its requests within every limit of ``load.limits`` reaches
+    ``capacity.target``; ``hints``: this rung's capacities in its earlier rounds, where a later
+    round's search starts (``capacity.warm_start``). Every probe's summary and requests are
+    kept."""
     cap = cfg["capacity"]
-    probes: list[dict[str, Any]] = []
     records: list[dict[str, Any]] = []
     t0 = time.perf_counter()
 
-    def attains(rate: float) -> bool:
-        # long enough to be sustained: a short burst is absorbed by any queue, so a probe
-        # offers its rate for at least probe_s seconds (and at least `requests` requests)
-        n = probe_requests(rate, int(cap["requests"]), float(cap["probe_s"]))
-        probe_cfg = {**cfg, "requests": n}
+    def probe(level: dict[str, Any], n: int, probes: list[dict[str, Any]]) -> bool:
         # a probe passes with at most this many requests outside the limits; one more
         # decides it
         allowed = n - math.ceil(float(cap["target"]) * n - 1e-9)
-
         missed: dict[int, bool] = {}  # each finished request judged once, as it finishes
 
         def decided(reqs: Sequence[loadgen.Request]) -> bool:
@@ -317,35 +371,75 @@ def _capacity(srv: Server, lv: Mapping[str, Any], cfg: Mapping[str, Any], seed: 
                         {"status": r.status, **loadgen.metrics(r)}, cfg["limits"])
             return sum(missed.values()) > allowed
 
-        level = f"capacity@{rate:.4g}"
-        reqs, duration, mseen = run_level(
-            srv, {"level": level, "kind": "open", "rate": rate}, probe_cfg, seed, decided)
+        reqs, duration, mseen = run_level(srv, level, {**cfg, "requests": n}, seed, decided)
         recs = [r.record() for r in reqs]
         summary = loadgen.summarize(recs, duration, cfg["limits"])
-        metrics_seen[level] = mseen
+        metrics_seen[level["level"]] = mseen
         records.extend(recs)
         sent = summary["requests"] - summary["not_sent"]
         passed = summary["good"] >= n - allowed
-        probes.append({"rate": rate, "level": level, "requests": summary["requests"],
+        probes.append({**{k: level[k] for k in ("rate", "concurrency") if k in level},
+                       "level": level["level"], "requests": summary["requests"],
                        "sent": sent, "good": summary["good"],
                        # over the requests sent: a probe ended once it could no longer pass
                        "attainment": summary["good"] / sent if sent else 0.0, "passed": passed,
                        "duration_s": duration,
                        "achieved_rate_rps": summary["achieved_rate_rps"],
+                       "requests_per_s": summary["requests_per_s"],
+                       "output_tokens_per_s": summary["output_tokens_per_s"],
                        "send_lag_p99_ms": summary["send_lag_p99_ms"],
                        "ttft_p99_ms": summary["ttft_p99_ms"],
                        "tpot_p99_ms": summary["tpot_p99_ms"]})
         if not alive(srv.pid):
-            raise LadderError(f"llama-server died during the capacity probe at {rate:.4g}/s")
+            raise LadderError(f"llama-server died during the capacity probe {level['level']}")
         return passed
 
-    found = search_capacity(attains, start=float(cap["start_rps"]),
+    rate_probes: list[dict[str, Any]] = []
+
+    def at_rate(rate: float) -> bool:
+        # long enough to be sustained: a short burst is absorbed by any queue, so a probe
+        # offers its rate for at least probe_s seconds (and at least `requests` requests)
+        n = probe_requests(rate, int(cap["requests"]), float(cap["probe_s"]))
+        return probe({"level": f"capacity@{rate:.4g}", "kind": "open", "rate": rate}, n,
+                     rate_probes)
+
+    found = search_capacity(at_rate, start=float(cap["start_rps"]),
                             min_rate=float(cap["min_rps"]), max_rate=float(cap["max_rps"]),
-                            bisect=int(cap["bisect"]))
+                            bisect=int(cap["bisect"]), hint=hints.get("rate"))
     row = {**lv, "duration_s": time.perf_counter() - t0, "summary": {},
            "server_metrics": {}, "capacity": {**found, "target": cap["target"],
-                                              "probes": probes}}
+                                              "probes": rate_probes}}
+    if int(cap.get("max_streams") or 0) > 0:
+        t1 = time.perf_counter()
+        stream_probes: list[dict[str, Any]] = []
+
+        def at_streams(n: int) -> bool:
+            # every client sends `waves` requests in turn: the first wave arrives at once,
+            # the later ones see the queue a steady load of n streams keeps
+            return probe({"level": f"capacity@c{n}", "kind": "closed", "concurrency": n},
+                         max(int(cap["requests"]), int(cap["waves"]) * n), stream_probes)
+
+        streams = search_concurrency(at_streams, max_streams=int(cap["max_streams"]),
+                                     hint=hints.get("concurrency"))
+        row["concurrency"] = {**streams, "target": cap["target"], "probes": stream_probes,
+                              "duration_s": time.perf_counter() - t1}
+        row["duration_s"] = time.perf_counter() - t0
     return row, records
+
+
+def capacity_hints(found: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Where a rung's next capacity searches start (``capacity.warm_start``): the median of its
+    earlier rounds' capacities (a round outside the search counts as the end it reached)."""
+    out: dict[str, Any] = {}
+    for dim, key, value in (("rate", "capacity", "capacity_rps"),
+                            ("concurrency", "concurrency", "capacity_streams")):
+        vals = [f[key][value] if f[key][value] is not None else f[key]["bracket"][1]
+                for f in found if f.get(key)]
+        vals = [v for v in vals if v is not None]
+        if vals:
+            mid = float(statistics.median(vals))
+            out[dim] = int(round(mid)) if dim == "concurrency" else mid
+    return out
 
 
 def probe_requests(rate: float, least: int, seconds: float) -> int:
@@ -354,13 +448,18 @@ def probe_requests(rate: float, least: int, seconds: float) -> int:
     return max(int(least), math.ceil(rate * float(seconds)) + 1)
 
 
-def _rps(found: Mapping[str, Any]) -> str:
-    lo, hi = found["bracket"]
-    if found["bound"] == "below":
-        return f"< {hi:.3g}/s"
-    if found["bound"] == "above":
-        return f">= {lo:.3g}/s"
-    return f"{lo:.3g}/s (< {hi:.3g})"
+def _rps(row: Mapping[str, Any]) -> str:
+    """A capacity row in brief: "6.73/s (< 8)", "< 0.125/s", and its streams when searched."""
+    out = []
+    for key, unit in (("capacity", "/s"), ("concurrency", " streams")):
+        found = row.get(key)
+        if not found:
+            continue
+        lo, hi = found["bracket"]
+        out.append(f"< {hi:.3g}{unit}" if found["bound"] == "below" else
+                   f">= {lo:.3g}{unit}" if found["bound"] == "above" else
+                   f"{lo:.3g}{unit} (< {hi:.3g})")
+    return ", ".join(out)
 
 
 def _ms(v: float | str | None) -> str:

@@ -216,11 +216,14 @@ def serving_section(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
         [p["cell"] for e in BENCH_EXPERIMENTS for p in out[e]]
         + ([out["prefix_cache"]["cell"]] if out.get("prefix_cache") else [])
         + ([c["cell"] for c in out["load"]["cells"]] if out.get("load") else [])
-        + ([out["load"]["capacity"]["cell"]] if (out.get("load") or {}).get("capacity") else []),
+        + [cap["cell"] for cap in ((out.get("load") or {}).get(k) for k in
+                                   ("capacity", "concurrency_capacity")) if cap],
         stats_cfg["confidence"], floor=(plan.get("ladder_order") or [None])[0])
     if out.get("load"):  # its sentences read the verdicts after the run's adjustment
         out["load"]["sentences"] = load_sentences(out["load"])
         out["load"]["capacity_sentences"] = capacity_sentences(out["load"].get("capacity"))
+        out["load"]["concurrency_sentences"] = capacity_sentences(
+            out["load"].get("concurrency_capacity"))
     out["context_trend"] = {
         phase: advantage_along([p for p in out["context"] if p.get("phase") == phase],
                                EXPERIMENTS["context"]["axes"][phase])
