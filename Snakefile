@@ -4,9 +4,9 @@ from snakemake.utils import min_version
 
 min_version("9.0")
 sys.path.insert(0, f"{workflow.basedir}/workflow")
-from ladder.fleet import check_executor, explain_failures
-from ladder.quality import cleanup_logits
-from ladder.progress import announce_plan
+from ladder.reporting.fleet import check_executor, explain_failures
+from ladder.measuring.quality import cleanup_logits
+from ladder.core.progress import announce_plan
 
 
 configfile: "config/config.yaml"

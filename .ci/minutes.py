@@ -4,7 +4,7 @@ compiler cache's hit rate, from the records .ci/run leaves:
 
 - ``--times``: JSON lines, ``{"phase", "start", "stop"}`` written by .ci/run and the test
   records of tests/conftest.py (``LADDER_TEST_TIMES``: one line per test phase and session);
-- ``--builds``: directories searched for ``provenance.json`` of builds (ladder.build writes one
+- ``--builds``: directories searched for ``provenance.json`` of builds (ladder.preparing.build writes one
   per build, with its wall times and ccache deltas);
 - ``--ccache``: the compiler cache's home (``LADDER_CCACHE_DIR``), one cache dir per CPU
   identity below it, its counters zeroed when the run began.
@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from ladder.build import ccache_counters, ccache_hits
+from ladder.preparing.build import ccache_counters, ccache_hits
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:
@@ -85,7 +85,7 @@ def builds(dirs: Iterable[Path], spans: dict[str, tuple[float, float]]) -> list[
                 "configure_s": doc.get("configure_wall_s"), "build_s": doc.get("build_wall_s"),
                 "hits": hits, "misses": misses,
             })
-        # a vendor library's test suite built by a vendor_tests job (ladder.vendortests)
+        # a vendor library's test suite built by a vendor_tests job (ladder.measuring.vendortests)
         for rec_path in sorted(d.glob("**/*.vendor.json")):
             try:
                 doc = json.loads(rec_path.read_text())

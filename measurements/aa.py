@@ -32,7 +32,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
-from ladder import paths, stats  # noqa: E402
+from ladder.core import paths
+from ladder.analysis import stats
 
 LADDER, CONTROL = ["a", "b"], "control"
 

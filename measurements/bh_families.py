@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
-from ladder import stats  # noqa: E402
+from ladder.analysis import stats
 
 
 def cell_doc(rng: np.random.Generator, speeds: dict[str, float], rounds: int,

@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
-from ladder import parse  # noqa: E402
-from ladder.bench import bench_argv  # noqa: E402
+from ladder.core import parse
+from ladder.measuring.bench import bench_argv
 
 
 def parse_workload(text: str) -> dict[str, int]:

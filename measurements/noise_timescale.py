@@ -40,7 +40,7 @@ from pathlib import Path
 from round_statistic import (  # the same llama-bench process, kept raw
     WORKLOADS, add_bench_arguments, one as bench, speed_spread)
 
-from ladder.io import atomic_write_json  # noqa: E402
+from ladder.core.io import atomic_write_json
 
 
 def lag_sd(values: list[float], lag: int) -> float | None:

@@ -21,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
-from ladder import stats  # noqa: E402
+from ladder.analysis import stats
 
 
 def old_rule(doc: dict[str, Any], base: str, other: str, control: str, twin: str,

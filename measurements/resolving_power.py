@@ -57,11 +57,13 @@ from scipy import stats as sps
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
-from ladder import parse, protocol, stats  # noqa: E402
-from ladder.bench import DEFAULT_DISTURBANCE, bench_argv, check_placement, disturbed  # noqa: E402
-from ladder.io import atomic_write_json, atomic_write_text  # noqa: E402
-from ladder.machine import cpu_set  # noqa: E402
-from ladder.run import run  # noqa: E402
+from ladder.core import parse
+from ladder.planning import protocol
+from ladder.analysis import stats
+from ladder.measuring.bench import DEFAULT_DISTURBANCE, bench_argv, check_placement, disturbed
+from ladder.core.io import atomic_write_json, atomic_write_text
+from ladder.core.machine import cpu_set
+from ladder.core.run import run
 
 WORKLOADS = {"pp32": {"n_prompt": 32, "n_gen": 0}, "pp128": {"n_prompt": 128, "n_gen": 0},
              "tg64": {"n_prompt": 0, "n_gen": 64}, "pp16": {"n_prompt": 16, "n_gen": 0},

@@ -34,10 +34,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
-from ladder import parse  # noqa: E402
-from ladder.bench import DEFAULT_DISTURBANCE, bench_argv, disturbed  # noqa: E402
-from ladder.io import atomic_write_json, atomic_write_text  # noqa: E402
-from ladder.run import run  # noqa: E402
+from ladder.core import parse
+from ladder.measuring.bench import DEFAULT_DISTURBANCE, bench_argv, disturbed
+from ladder.core.io import atomic_write_json, atomic_write_text
+from ladder.core.run import run
 
 STATS = {
     "first": lambda v: v[0],

@@ -45,7 +45,7 @@ from typing import Any
 # round_statistic (beside this script) puts the workflow's package on the path
 from round_statistic import WORKLOADS, add_bench_arguments, speed_spread, one as bench
 
-from ladder.io import atomic_write_json  # noqa: E402
+from ladder.core.io import atomic_write_json
 
 VARIANTS: dict[str, tuple[dict[str, str], list[str]]] = {
     "base": ({}, []),

@@ -2,8 +2,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the ladder package
-from ladder.adapter import run_step
-from ladder.bench import measure
+from ladder.core.adapter import run_step
+from ladder.measuring.bench import measure
 
 m = snakemake.params.measure
 run_step(snakemake, lambda: measure(

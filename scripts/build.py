@@ -2,8 +2,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the ladder package
-from ladder.adapter import run_step
-from ladder.build import build
+from ladder.core.adapter import run_step
+from ladder.preparing.build import build
 
 run_step(snakemake, lambda: build(
     recipe=snakemake.params.recipe, material=snakemake.params.material,

@@ -2,9 +2,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the ladder package
-from ladder.adapter import run_step
-from ladder.evidence import collect
-from ladder.markers import Marker
+from ladder.core.adapter import run_step
+from ladder.measuring.evidence import collect
+from ladder.core.markers import Marker
 
 rung = snakemake.params.rung
 settings = snakemake.params.settings

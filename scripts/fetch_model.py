@@ -2,8 +2,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the ladder package
-from ladder.adapter import run_step
-from ladder.model import fetch, model_file
+from ladder.core.adapter import run_step
+from ladder.preparing.model import fetch, model_file
 
 run_step(snakemake, lambda: fetch(snakemake.wildcards.model, snakemake.params.spec,
                                   dest=model_file(snakemake.output.meta, snakemake.wildcards.model), meta_out=snakemake.output.meta,

@@ -4,8 +4,8 @@ import sys
 sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the ladder package
 from pathlib import Path
 
-from ladder.adapter import run_step
-from ladder.source import fetch
+from ladder.core.adapter import run_step
+from ladder.preparing.source import fetch
 
 out = Path(snakemake.output.json)
 base = list(snakemake.input.base)  # a patched source's base record; none otherwise

@@ -2,10 +2,10 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the ladder package
-from ladder.adapter import run_step
-from ladder.emulation import emulated_facts
-from ladder.machine import host_facts
-from ladder.io import atomic_write_json, read_json
+from ladder.core.adapter import run_step
+from ladder.preparing.emulation import emulated_facts
+from ladder.core.machine import host_facts
+from ladder.core.io import atomic_write_json, read_json
 
 name, cpu = snakemake.wildcards.host, snakemake.params.emulated
 

@@ -2,8 +2,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the ladder package
-from ladder.adapter import run_step
-from ladder.hotspots import sweep
+from ladder.core.adapter import run_step
+from ladder.measuring.hotspots import sweep
 
 inp = snakemake.input
 run_step(snakemake, lambda: sweep(

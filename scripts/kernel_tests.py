@@ -2,8 +2,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the ladder package
-from ladder.adapter import run_step
-from ladder.kerneltests import run_tests
+from ladder.core.adapter import run_step
+from ladder.measuring.kerneltests import run_tests
 
 run_step(snakemake, lambda: run_tests(
     rung=snakemake.params.rung, provenance=snakemake.input.build,

@@ -2,8 +2,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the ladder package
-from ladder.adapter import run_step
-from ladder.dispatch import build_ledger
+from ladder.core.adapter import run_step
+from ladder.measuring.dispatch import build_ledger
 
 run_step(snakemake, lambda: build_ledger(
     rung_files=snakemake.input.rungs, host=snakemake.input.host,

@@ -2,8 +2,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the ladder package
-from ladder.adapter import run_step
-from ladder.model import model_file, quantize
+from ladder.core.adapter import run_step
+from ladder.preparing.model import model_file, quantize
 
 run_step(snakemake, lambda: quantize(
     base_meta=snakemake.input.base, quant=snakemake.wildcards.quant,

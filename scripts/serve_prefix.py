@@ -2,8 +2,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the ladder package
-from ladder.adapter import run_step
-from ladder.serving import prefix_cache
+from ladder.core.adapter import run_step
+from ladder.measuring.serving import prefix_cache
 
 s = snakemake.params.settings
 run_step(snakemake, lambda: prefix_cache(

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ladder import bisect
-from ladder.errors import LadderError
-from ladder.targets import load_config
+from ladder.reporting import bisect
+from ladder.core.errors import LadderError
+from ladder.planning.targets import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

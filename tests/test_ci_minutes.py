@@ -12,8 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from ladder.build import (ccache_counters, ccache_delta, ccache_env, ccache_hits,
-                          ccache_location, ccache_summary)
+from ladder.preparing.build import (
+    ccache_counters,
+    ccache_delta,
+    ccache_env,
+    ccache_hits,
+    ccache_location,
+    ccache_summary,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -127,7 +133,7 @@ def test_two_sources_share_the_objects_of_their_unchanged_files(tmp_path, monkey
     """Each build mirrors its tree beside its build dir (hard links) and names its own folder
     ccache's base dir: two sources that differ in one file compile only that file again, from
     anywhere (a patched tree, another commit, a bisection's probe)."""
-    from ladder.build import CCACHE_HOME_ENV, build_tree
+    from ladder.preparing.build import CCACHE_HOME_ENV, build_tree
 
     monkeypatch.delenv(CCACHE_HOME_ENV, raising=False)  # this test's own, empty cache
     cache = tmp_path / "cache"

@@ -13,18 +13,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ladder.errors import LadderError
+from ladder.core.errors import LadderError
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def start_up(override: dict) -> None:
-    """What the Snakefile runs before any job (ladder.config.start_up), in this process, on
+    """What the Snakefile runs before any job (ladder.planning.config.start_up), in this process, on
     config.yaml with the override merged as --configfile does (a dry run spawns Snakemake:
     4-13 s each on this machine kind)."""
     from snakemake.utils import update_config
 
-    from ladder.config import start_up as checks
+    from ladder.planning.config import start_up as checks
 
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     update_config(config, copy.deepcopy(override))

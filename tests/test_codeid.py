@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ladder import codeid
+from ladder.core import codeid
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,7 +56,7 @@ def tree(tmp_path, monkeypatch):
 
 def test_a_comment_reruns_nothing_and_a_logic_change_reruns_its_rules(tree):
     before = {s: codeid.code_hash(s) for s in ("report", "bench", "render")}
-    cost = tree / "cost.py"
+    cost = tree / "core" / "cost.py"
     cost.write_text("# a comment\n" + cost.read_text().replace('"""', '"""Edited. ', 1))
     codeid._tree.cache_clear()
     assert {s: codeid.code_hash(s) for s in before} == before
@@ -74,7 +74,7 @@ ANALYSIS = {"stats", "servingview", "loadview", "report", "figures", "render", "
 
 def test_a_measurement_never_reaches_the_analysis():
     """What is measured is keyed by what measures it: the binary, model, workload, threads, CPU
-    set and the protocol (``ladder.protocol``, its VERSION included); the statistics and the
+    set and the protocol (``ladder.planning.protocol``, its VERSION included); the statistics and the
     report are analysis, re-run from the kept samples."""
     for script in MEASURING:
         mods = set(codeid.code_modules(script))
@@ -100,13 +100,13 @@ def test_a_measurement_never_reaches_the_build_code():
 
 def test_a_changed_statistic_reruns_the_analysis_not_the_measurement(tree):
     before = {s: codeid.code_hash(s) for s in ("report", *MEASURING)}
-    stats = tree / "stats.py"
+    stats = tree / "analysis" / "stats.py"
     stats.write_text(stats.read_text().replace("MAD_Z = 3.5", "MAD_Z = 3.0"))
     codeid._tree.cache_clear()
     after = {s: codeid.code_hash(s) for s in before}
     assert after["report"] != before["report"]
     assert all(after[s] == before[s] for s in MEASURING)
-    proto = tree / "protocol.py"  # a new protocol version re-measures every cell
+    proto = tree / "planning" / "protocol.py"  # a new protocol version re-measures every cell
     proto.write_text(proto.read_text().replace("VERSION = 2", "VERSION = 3"))
     codeid._tree.cache_clear()
     bumped = {s: codeid.code_hash(s) for s in before}
@@ -125,20 +125,24 @@ def test_building_the_plan_imports_no_measurement_code():
 
 
 def _move_into_subpackages(pkg: Path, scripts: Path, n_layers: int = 5) -> dict[str, str]:
-    """A pure move, as a person would make it: every module into one of ``n_layers``
-    subpackages, each package import and ``"ladder.<module>:<fn>"`` reference rewritten to the
-    new place, and each ``Path(__file__)`` parent chain one level longer. Returns leaf -> sub."""
+    """A pure move, as a person would make it: every module (wherever it lives) into one of
+    ``n_layers`` new subpackages, each package import and ``"ladder.<...>.<module>:<fn>"``
+    reference rewritten to the new place, and each ``Path(__file__)`` chain that leaves the
+    module's folder counted again from its new depth. Returns leaf -> sub."""
     import ast
 
-    leaves = sorted(p.stem for p in pkg.glob("*.py") if p.name != "__init__.py")
+    old = {p.stem: p for p in pkg.rglob("*.py")
+           if p.name != "__init__.py" and "__pycache__" not in p.parts}
+    leaves = sorted(old)
     where = {leaf: f"layer{i % n_layers}" for i, leaf in enumerate(leaves)}
+    depth_before = {leaf: len(old[leaf].relative_to(pkg).parts) - 1 for leaf in leaves}
     for sub in set(where.values()):
         (pkg / sub).mkdir()
         (pkg / sub / "__init__.py").write_text("")
     for leaf, sub in where.items():
-        (pkg / f"{leaf}.py").rename(pkg / sub / f"{leaf}.py")
+        old[leaf].rename(pkg / sub / f"{leaf}.py")
 
-    def rewrite(path: Path) -> None:
+    def rewrite(path: Path, climb: int) -> None:
         text = path.read_text()
         lines = text.splitlines(keepends=True)
         edits = []
@@ -150,27 +154,30 @@ def _move_into_subpackages(pkg: Path, scripts: Path, n_layers: int = 5) -> dict[
             parts = node.module.split(".")
             names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "")
                               for a in node.names)
-            if len(parts) == 2 and parts[1] in where:  # from ladder.x import f
-                new = [f"{indent}from ladder.{where[parts[1]]}.{parts[1]} import {names}\n"]
-            else:  # from ladder import a, b: each module from its subpackage
-                new = [f"{indent}from ladder.{where.get(a.name, '')} import {a.name}"
-                       f"{' as ' + a.asname if a.asname else ''}\n".replace("ladder. ", "ladder ")
-                       for a in node.names]
+            if parts[-1] in where:  # from ladder.<...>.x import f
+                new = [f"{indent}from ladder.{where[parts[-1]]}.{parts[-1]} import {names}\n"]
+            else:  # from ladder[.<sub>] import a, b: each module from its subpackage
+                new = [f"{indent}from ladder.{where[a.name]} import {a.name}"
+                       f"{' as ' + a.asname if a.asname else ''}\n" for a in node.names]
             edits.append((node.lineno, node.end_lineno, new))
         for start, end, new in sorted(edits, reverse=True):
             lines[start - 1:end] = new
         text = "".join(lines)
-        text = re.sub(r'"ladder\.(\w+):(\w+)"',
+        text = re.sub(r'"ladder\.(?:\w+\.)*(\w+):(\w+)"',
                       lambda m: f'"ladder.{where[m.group(1)]}.{m.group(1)}:{m.group(2)}"', text)
-        text = re.sub(r"Path\(__file__\)\.resolve\(\)\.parents\[(\d+)\]",
-                      lambda m: f"Path(__file__).resolve().parents[{int(m.group(1)) + 1}]", text)
-        text = re.sub(r"Path\(__file__\)\.resolve\(\)((?:\.parent(?!s))+)",
-                      lambda m: f"Path(__file__).resolve(){m.group(1)}.parent", text)
+        if climb:  # a chain above the module's own folder climbs the depth it gained
+            text = re.sub(r"Path\(__file__\)\.resolve\(\)\.parents\[(\d+)\]",
+                          lambda m: f"Path(__file__).resolve().parents[{int(m.group(1)) + climb}]",
+                          text)
+            text = re.sub(r"Path\(__file__\)\.resolve\(\)((?:\.parent(?!s))+)",
+                          lambda m: f"Path(__file__).resolve(){m.group(1)}"
+                                    + ".parent" * climb, text)
         path.write_text(text)
 
-    for path in [*pkg.rglob("*.py"), *scripts.glob("*.py")]:
-        if path.stat().st_size:
-            rewrite(path)
+    for leaf, sub in where.items():
+        rewrite(pkg / sub / f"{leaf}.py", 1 - depth_before[leaf])
+    for path in scripts.glob("*.py"):
+        rewrite(path, 0)
     return where
 
 
@@ -182,7 +189,8 @@ def test_moving_every_module_into_subpackages_keeps_every_rule_hash(tree):
     where = _move_into_subpackages(tree, scripts)
     codeid._tree.cache_clear()
     codeid._index.cache_clear()
-    assert not list(tree.glob("*.py"))[1:] and (tree / where["bench"] / "bench.py").is_file()
+    assert [p.name for p in tree.glob("*.py")] == ["__init__.py"]
+    assert (tree / where["bench"] / "bench.py").is_file()
     assert "from ladder.layer" in (tree / where["report"] / "report.py").read_text()
     after = {s: codeid.code_hash(s) for s in before}
     assert {s: codeid.code_modules(s) for s in before} == reach
@@ -200,3 +208,28 @@ def test_the_package_init_is_no_module_of_any_rule():
     # debugger.py names "__init__.py" (lldb's package); it is not a module of this package
     for script in ("dispatch", "ledger", "report", "rung_card", "dispatch_gate"):
         assert "__init__" not in codeid.code_modules(script)
+
+
+LAYERS = ("core", "preparing", "planning", "measuring", "analysis", "reporting")
+# imports against the layers' order still left: config's start-up checks call bench's and
+# quality's; the serving and profiling views take the report's SectionContext from sections
+UPWARD = {("config", "bench"), ("config", "quality"), ("servingview", "sections"),
+          ("profileview", "sections")}
+
+
+def test_a_layer_imports_only_its_own_and_the_layers_before_it():
+    """Issue 44, item 2: the package's layers are its subpackages, in the pipeline's order; a
+    module may import from its own layer and the ones before it (measuring never reaches
+    analysis or reporting)."""
+    layer_of = {p.stem: p.parent.name for p in codeid.PACKAGE_DIR.rglob("*.py")
+                if p.name != "__init__.py" and "__pycache__" not in p.parts}
+    assert set(layer_of.values()) == set(LAYERS), sorted(set(layer_of.values()))
+    against = []
+    for mod, layer in sorted(layer_of.items()):
+        for dep in codeid.direct_imports(codeid.PACKAGE_DIR / layer / f"{mod}.py"):
+            if LAYERS.index(layer_of[dep]) > LAYERS.index(layer) and (mod, dep) not in UPWARD:
+                against.append(f"{layer}/{mod} -> {layer_of[dep]}/{dep}")
+    assert not against, against
+    for mod in (m for m, layer in layer_of.items() if layer == "measuring"):
+        reach = {layer_of[m] for m in codeid.module_reach(mod)}
+        assert not reach & {"analysis", "reporting"}, (mod, reach)

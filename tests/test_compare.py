@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ladder import compare
-from ladder.errors import LadderError
+from ladder.reporting import compare
+from ladder.core.errors import LadderError
 
 FIX = Path(__file__).parent / "fixtures"
 REPORT = FIX / "report" / "ladder.json"  # a real default run (tests/fixtures/README.md)
@@ -82,7 +82,7 @@ def test_a_serving_regression_under_load_fails_the_gate():
     the per-round values, Welch), and a called slowdown is a ``slower`` finding."""
     from test_serving_load import PLAN, STATS, synthetic_doc
 
-    from ladder.loadview import summarize_load
+    from ladder.analysis.loadview import summarize_load
 
     base = compare.load_report(str(REPORT))
     base.setdefault("serving", {})["load"] = summarize_load(synthetic_doc(), PLAN, STATS)

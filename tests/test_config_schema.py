@@ -53,8 +53,8 @@ def test_a_null_entry_drops_a_default_workload(default_config):
     """config/README: a null entry of measure.workloads or dispatch.workloads drops that
     workload. Snakemake's default-filling validator filled dispatch entries' defaults into None
     (an AttributeError at start-up: found 2026-12-04 when the fleet test dropped one)."""
-    from ladder.config import validate_config
-    from ladder.errors import LadderError
+    from ladder.planning.config import validate_config
+    from ladder.core.errors import LadderError
 
     cfg = copy.deepcopy(default_config)
     cfg["dispatch"]["workloads"]["prefill_long"] = None

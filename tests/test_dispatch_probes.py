@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from ladder import debugger
-from ladder.dispatch import choose_method, judge_cell
-from ladder.errors import LadderError
-from ladder.kernels import (
+from ladder.measuring import debugger
+from ladder.measuring.dispatch import choose_method, judge_cell
+from ladder.core.errors import LadderError
+from ladder.core.kernels import (
     Probe,
     SymbolsError,
     choose_probe_insn,
@@ -68,7 +68,7 @@ def planned(tiny):
 
 
 def uprobes_usable() -> str | None:
-    from ladder.uprobes import UprobeUnavailable, find_tracefs
+    from ladder.measuring.uprobes import UprobeUnavailable, find_tracefs
 
     try:
         find_tracefs()
@@ -171,7 +171,7 @@ def test_no_debugger_installed_is_named(monkeypatch):
 
 
 def test_no_uprobe_access_is_named(tmp_path):
-    from ladder.uprobes import UprobeUnavailable, find_tracefs
+    from ladder.measuring.uprobes import UprobeUnavailable, find_tracefs
 
     with pytest.raises(UprobeUnavailable, match="tracefs not mounted"):
         find_tracefs([str(tmp_path)])
@@ -185,7 +185,7 @@ def _spec_probes(probes, mode):
 
 @pytest.mark.skipif(uprobes_usable() is not None, reason=f"uprobes: {uprobes_usable()}")
 def test_uprobe_counts_are_exact_past_a_vex_entry(tiny, planned):
-    from ladder.uprobes import UprobeSession
+    from ladder.measuring.uprobes import UprobeSession
 
     _, probes, _ = planned
     naive = Probe("naive", "vex", "kernels", "vexfirst@entry", probes["vexfirst"].module,
@@ -230,7 +230,7 @@ def test_lldb_first_hit_presence_at_two_threads_runs_to_the_end(tiny, planned):
 @pytest.mark.skipif(uprobes_usable() is not None or lldb_usable() is not None,
                     reason="needs both uprobes and lldb")
 def test_uprobe_and_lldb_counts_agree(tiny, planned):
-    from ladder.uprobes import UprobeSession
+    from ladder.measuring.uprobes import UprobeSession
 
     _, probes, _ = planned
     with UprobeSession(list(probes.values())) as s:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from ladder.dispatch import family_totals, gate, judge_cell
-from ladder.errors import LadderError
-from ladder.kernels import load_families
-from ladder.report import dispatch_for, workload_phase
+from ladder.measuring.dispatch import family_totals, gate, judge_cell
+from ladder.core.errors import LadderError
+from ladder.core.kernels import load_families
+from ladder.reporting.report import dispatch_for, workload_phase
 
 X86 = load_families("x86_64")
 ARM = load_families("aarch64")
@@ -139,8 +139,8 @@ def test_gate_fails_on_fallback_and_on_selectors_matching_nothing():
 
 
 def test_check_gate_error_names_cells(tmp_path):
-    from ladder.dispatch import check_gate
-    from ladder.io import atomic_write_json
+    from ladder.measuring.dispatch import check_gate
+    from ladder.core.io import atomic_write_json
 
     lj = tmp_path / "ledger.json"
     atomic_write_json(lj, {"gate": gate(CELLS, [{"rung": "amx"}])})

@@ -1,6 +1,6 @@
 """Issue 18: a disturbed round is noticed per run and measured again, never averaged in.
 
-The judgement is pure (ladder.bench.disturbed, ladder.run.machine_share). The runner test below
+The judgement is pure (ladder.measuring.bench.disturbed, ladder.core.run.machine_share). The runner test below
 replays a real llama-bench JSON (tests/fixtures/x86_64/llama-bench-amx-q4_0-tg8.json) from a
 stand-in binary that spins one CPU for 0.4 s, while a real CPU hog competes for the machine's
 CPUs during the first round: what is under test is the runner's bookkeeping, not llama-bench.
@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from ladder import stats
-from ladder.bench import check_placement, disturbed, measure
-from ladder.errors import LadderError
-from ladder.machine import cpu_set
-from ladder.run import machine_share
+from ladder.analysis import stats
+from ladder.measuring.bench import check_placement, disturbed, measure
+from ladder.core.errors import LadderError
+from ladder.core.machine import cpu_set
+from ladder.core.run import machine_share
 
 FIX = Path(__file__).parent / "fixtures" / "x86_64" / "llama-bench-amx-q4_0-tg8.json"
 LIMITS = {"foreign_cpu_max": 0.10, "steal_max": 0.05, "max_remeasure": 6}
@@ -208,7 +208,7 @@ def test_a_disturbed_round_is_measured_again(tmp_path):
     fake, prov, model = _stand_in(tmp_path)
     rungs = [{"name": n, "provenance": str(prov), "runtime": {}, "env": {}, "bench_argv": []}
              for n in ("floor", "native_repack")]
-    from ladder.run import run
+    from ladder.core.run import run
     quiet = run([str(fake)])  # the stand-in alone: is the machine quiet enough to test on?
     if disturbed(quiet.machine, LIMITS):
         pytest.skip(f"the machine is busy before the test: {disturbed(quiet.machine, LIMITS)}")
@@ -247,7 +247,7 @@ def test_repetitions_are_calibrated_per_rung_from_the_warmup_round():
     """Issue 18, item 3: -r by time (pyperf's loop calibration): a fast rung's round is the mean
     of several repetitions, the slow floor's is its one long repetition, and a control and its
     twin always get the same count (the floor pair must be taken alike)."""
-    from ladder.bench import calibrated_repetitions
+    from ladder.measuring.bench import calibrated_repetitions
 
     def warm(rung, seconds):
         return {"rung": rung, "warmup": True, "ns": int(seconds * 1e9)}

@@ -394,7 +394,7 @@ def test_bisect_finds_the_slow_commit(run_dir, tmp_path):
                           capture_output=True, text=True).stdout.split()
     rounds = tmp_path / "rounds.yaml"  # a 3x step, called at 4 rounds
     rounds.write_text("measure: {rounds: 4, repetitions: 1, rounds_from_noise: {enabled: false}}\n")
-    argv = [sys.executable, "-m", "ladder.bisect", "--repo", str(repo), "--good", "HEAD~3",
+    argv = [sys.executable, "-m", "ladder.reporting.bisect", "--repo", str(repo), "--good", "HEAD~3",
             "--bad", "HEAD", "--rung", "floor", "--quant", "Q4_0", "--workload", "pp16",
             "--threads", "2", "-d", str(tmp_path / "work"), "--configfile", str(E2E_CONFIG),
             str(rounds), "--config", f"resources_dir={shared_resources()}"]
@@ -430,7 +430,7 @@ def rule_counts(out: str) -> dict[str, int]:
 
 
 def rung_paths(run_dir: Path, kind: str, rung: str) -> list[str]:
-    res = subprocess.run([sys.executable, "-m", "ladder.targets", kind, rung,
+    res = subprocess.run([sys.executable, "-m", "ladder.planning.targets", kind, rung,
                           "--configfile", str(E2E_CONFIG),
                           "--config", f"resources_dir={shared_resources()}"],
                          capture_output=True, text=True, cwd=run_dir, timeout=120)
@@ -582,10 +582,10 @@ def test_hotspots_and_kernel_tests(report, run_dir):
 
 def test_uprobe_counts_equal_lldb_counts_on_a_real_build(report, run_dir):
     """The cross-check: the fast method's exact counts equal the debugger's, same symbols."""
-    from ladder import debugger
-    from ladder.dispatch import choose_method, workload_argv
-    from ladder.kernels import load_families, plan_probes
-    from ladder.uprobes import UprobeSession
+    from ladder.measuring import debugger
+    from ladder.measuring.dispatch import choose_method, workload_argv
+    from ladder.core.kernels import load_families, plan_probes
+    from ladder.measuring.uprobes import UprobeSession
 
     if choose_method("uprobe")[0] is None or choose_method("lldb")[0] is None:
         pytest.skip("needs uprobes (root) and lldb")
@@ -609,7 +609,7 @@ def test_uprobe_counts_equal_lldb_counts_on_a_real_build(report, run_dir):
 
 
 def test_report_files_schema_and_roofline(report, run_dir):
-    from ladder.render import validate
+    from ladder.reporting.render import validate
 
     rep = run_dir / HOST / "report"
     validate(report, "ladder.json")
@@ -637,7 +637,7 @@ def test_html_report_in_headless_chromium(run_dir, tmp_path):
             pytest.fail("chromium is missing on CI (.ci/run installs it)")
         pytest.skip("no chromium on PATH (apt-get install chromium)")
     out = tmp_path / "rendered"
-    res = subprocess.run([sys.executable, "-m", "ladder.render", f"{HOST}/report/ladder.json",
+    res = subprocess.run([sys.executable, "-m", "ladder.reporting.render", f"{HOST}/report/ladder.json",
                           "--out", str(out)], cwd=run_dir, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     js = """({
@@ -659,8 +659,8 @@ def test_html_report_in_headless_chromium(run_dir, tmp_path):
 
 
 def test_rerender_lists_missing_and_malformed_inputs(report, run_dir, tmp_path):
-    from ladder.render import render_all
-    from ladder.report import write_report
+    from ladder.reporting.render import render_all
+    from ladder.reporting.report import write_report
 
     res = run_dir / HOST
     broken = tmp_path / "broken-evidence.json"
@@ -801,7 +801,7 @@ def test_concurrency_sweep(report):
 def test_serving_under_load_per_request_records(report, run_dir):
     """A real llama-server per rung: every request kept, its metrics consistent with the
     server's own timings, the pooled percentiles with the records they come from."""
-    from ladder import loadgen, serveload
+    from ladder.measuring import loadgen, serveload
 
     ld = report["serving"]["load"]
     spec = ld["spec"]
@@ -894,7 +894,7 @@ def test_a_server_killed_mid_load_is_named_and_counted(report, run_dir, tmp_path
     import threading
     import time
 
-    from ladder.serveload import measure_load
+    from ladder.measuring.serveload import measure_load
 
     builds = {r["name"]: r["build_key"] for r in report["rungs"]}
     rungs = [{"name": n, "provenance": str(shared_resources() / "builds" / builds[b]
@@ -955,8 +955,8 @@ def test_no_server_left_running(run_dir):
 def test_server_faults_are_named_and_leave_no_process(report, run_dir, tmp_path):
     import socket
 
-    from ladder.errors import LadderError
-    from ladder.server import llama_server
+    from ladder.core.errors import LadderError
+    from ladder.measuring.server import llama_server
 
     key = next(r["build_key"] for r in report["rungs"] if r["name"] == "native_repack")
     prov = json.loads((shared_resources() / "builds" / key / "provenance.json").read_text())

@@ -247,7 +247,7 @@ def test_quality_drift_under_emulation(report):
 
 
 def test_fleet_lists_the_emulated_host_as_evidence_only(run_dir):
-    from ladder.fleet import build_fleet
+    from ladder.reporting.fleet import build_fleet
 
     doc = build_fleet([str(run_dir / EMU / "report" / "ladder.json")])
     assert doc["reference"] is None and doc["comparisons"] == []

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from ladder import emulation
-from ladder.errors import LadderError
-from ladder.hosts import hosts_from_config
-from ladder.recipes import Recipe, build_key, build_key_material
+from ladder.preparing import emulation
+from ladder.core.errors import LadderError
+from ladder.core.hosts import hosts_from_config
+from ladder.preparing.recipes import Recipe, build_key, build_key_material
 
 FIX = Path(__file__).parent / "fixtures" / "qemu-exec"
 DATA = Path(__file__).parent / "data"
@@ -150,8 +150,8 @@ def test_guest_facts_come_from_the_guest(tmp_path: Path) -> None:
 @needs_tools
 def test_guest_crash_is_named_by_evidence(tmp_path: Path) -> None:
     """A real guest SIGILL through the evidence step: a named reason, the record written."""
-    from ladder.evidence import collect
-    from ladder.io import atomic_write_json
+    from ladder.measuring.evidence import collect
+    from ladder.core.io import atomic_write_json
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -176,8 +176,8 @@ def test_guest_crash_is_named_by_evidence(tmp_path: Path) -> None:
 def test_advertised_kernel_per_quant_from_real_kleidiai_log(fixture_text) -> None:
     """KleidiAI under -cpu max advertises I8MM for Q4_0 and SME for Q8_0 (the SME thread cap
     case); the ledger compares each quant's kernels with its own advertised variant."""
-    from ladder import parse
-    from ladder.dispatch import advertised_kernel
+    from ladder.core import parse
+    from ladder.measuring.dispatch import advertised_kernel
 
     log = fixture_text("aarch64-qemu/aarch64-kleidiai-qemu_max-q8_0-t2.stderr.excerpt.log")
     ev = {"kleidiai_primary": parse.kleidiai_primary(log)}
@@ -199,7 +199,7 @@ def test_the_exec_log_filters_only_what_the_plain_run_translated() -> None:
     """Exec logging slows with every -dfilter range, so the instrumented run filters on the
     symbols its plain run translated; without a translation record, on every dispatch-level
     symbol (never an empty filter)."""
-    from ladder.counting import exec_filter
+    from ladder.measuring.counting import exec_filter
 
     text = (FIX / "repack-max-q4_0-decode-t2.in_asm.log").read_text()
     entries = {0x5500520110: "gemv_q4_0", 0x5500522A64: "gemv_q8_0", 0x5500523CB0: "gemm_q4_0",
@@ -236,7 +236,7 @@ def test_the_emulated_lane_is_one_overlay(default_config):
                          "dispatch_threads", "dispatch_toggle", "timeout_s", "hotspots",
                          "kernel_tests"}
     assert real["hotspots"] and real["kernel_tests"]  # perf would sample QEMU: off
-    plan_src = (Path(__file__).resolve().parents[1] / "workflow" / "ladder" /
+    plan_src = (Path(__file__).resolve().parents[1] / "workflow" / "ladder" / "planning" /
                 "plan.py").read_text()
     # settings are read from the overlay; only the launcher (qemu) and labels know the lane
     assert plan_src.count("self.emulated") <= 2
@@ -247,8 +247,8 @@ def _emulated_plan(default_config, cpu: str, cpu_flags: list[str], caps: list[in
 
     from snakemake.utils import validate
 
-    from ladder.machine import host_facts
-    from ladder.plan import Plan
+    from ladder.core.machine import host_facts
+    from ladder.planning.plan import Plan
 
     cfg = copy.deepcopy(default_config)
     cfg["hosts"] = [{"name": "emu", "kind": "emulated-aarch64", "cpu": cpu}]
@@ -289,7 +289,7 @@ def test_sme_caps_are_dispatch_rungs_of_the_kleidiai_binary_on_sme_guests(defaul
 def test_emulator_models_are_checked_before_any_job(default_config):
     import copy
 
-    from ladder.config import start_up
+    from ladder.planning.config import start_up
 
     cfg = copy.deepcopy(default_config)
     cfg["hosts"] = [{"name": "local"}, {"name": "e", "kind": "emulated-aarch64", "cpu": "x"}]

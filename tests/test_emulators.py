@@ -1,4 +1,4 @@
-"""Pinned emulators from Debian packages (ladder.emulators): fetched by URL, checked against the
+"""Pinned emulators from Debian packages (ladder.preparing.emulators): fetched by URL, checked against the
 pinned sha256, unpacked with dpkg-deb, described by the binary itself. The package here is a
 real .deb built with dpkg-deb whose member is a small script answering like QEMU does
 (``--version``, ``-cpu help``); the real QEMU 11 package is fetched by the emulated e2e test."""
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ladder import emulators
-from ladder.errors import LadderError
-from ladder.io import sha256_file
+from ladder.preparing import emulators
+from ladder.core.errors import LadderError
+from ladder.core.io import sha256_file
 
 pytestmark = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs dpkg-deb")
 

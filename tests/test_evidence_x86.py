@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import math
 
-from ladder import parse, stats
-from ladder.evidence import judge_claims
-from ladder.recipes import rungs_from_config
+from ladder.core import parse
+from ladder.analysis import stats
+from ladder.measuring.evidence import judge_claims
+from ladder.preparing.recipes import rungs_from_config
 
 X86 = "x86_64/"
 

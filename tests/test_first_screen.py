@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ladder.overview import overview
-from ladder.render import headline_lines, render_all
+from ladder.reporting.overview import overview
+from ladder.reporting.render import headline_lines, render_all
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "report-default" / "ladder.json"
 DOC = json.loads(FIXTURE.read_text())

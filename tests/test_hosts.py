@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from ladder.errors import LadderError
-from ladder.hosts import check_facts, cpu_identity, hosts_from_config
-from ladder.stats import unpaired_ratio_ci, verdict
+from ladder.core.errors import LadderError
+from ladder.core.hosts import check_facts, cpu_identity, hosts_from_config
+from ladder.analysis.stats import unpaired_ratio_ci, verdict
 
 
 def test_default_is_one_local_host():
@@ -71,7 +71,7 @@ def test_unpaired_ratio_ci_and_verdict():
 
 
 def test_failed_slurm_submission_names_host_and_rule(fixture_text):
-    from ladder.fleet import failed_jobs
+    from ladder.reporting.fleet import failed_jobs
 
     (job,) = failed_jobs(fixture_text("snakemake/slurm-sbatch-failed.log"))
     assert job == {"rule": "host_facts", "host": "hostc", "build_key": None,

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from ladder.errors import LadderError
-from ladder.hotspots import group_samples, parse_perf_report
-from ladder.stages import phase_workloads
-from ladder.kernels import OTHER, load_families
-from ladder.kerneltests import ggml_type, parse_fns, parse_perf
-from ladder.report import kernel_flag, time_share
+from ladder.core.errors import LadderError
+from ladder.measuring.hotspots import group_samples, parse_perf_report
+from ladder.planning.stages import phase_workloads
+from ladder.core.kernels import OTHER, load_families
+from ladder.measuring.kerneltests import ggml_type, parse_fns, parse_perf
+from ladder.reporting.report import kernel_flag, time_share
 
 X86 = load_families("x86_64")
 
@@ -166,7 +166,7 @@ def test_a_rung_whose_kernels_fail_is_flagged():
 
 
 def test_sampled_runs_last_long_enough_by_the_bench_speed():
-    from ladder.hotspots import repetitions_for
+    from ladder.measuring.hotspots import repetitions_for
 
     settings = {"min_seconds": 2, "max_repetitions": 50}
     doc = {"samples": [{"rung": "native_repack", "tokens_per_s": v, "warmup": w}

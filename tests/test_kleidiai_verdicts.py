@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ladder import parse
-from ladder.dispatch import judge_cell, judge_vendor, sme_patterns
-from ladder.kernels import load_families
+from ladder.core import parse
+from ladder.measuring.dispatch import judge_cell, judge_vendor, sme_patterns
+from ladder.core.kernels import load_families
 
 FIX = Path(__file__).parent / "fixtures" / "aarch64-qemu"
 FSET = load_families("aarch64")
@@ -119,7 +119,7 @@ def test_neoverse_n1_dotprod_sets():
 def test_q4_k_m_is_a_negative_control_that_is_not_a_pure_opt_out():
     """The -cpu max capture: KleidiAI warns it has no q5_0 kernel, yet CPU_KLEIDIAI holds
     328.87 MiB of the Q4_K_M model (the tied Q8_0 embedding)."""
-    from ladder.report import negative_controls
+    from ladder.reporting.report import negative_controls
 
     log = (FIX / "aarch64-kleidiai-qemu_max-q4_k_m-t1.stderr.excerpt.log").read_text()
     ev = {"status": "ok", "weight_buffers_mib": parse.weight_buffers(log),

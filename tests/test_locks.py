@@ -1,4 +1,4 @@
-"""A stale Snakemake lock is cleared; a lock a live run holds never is (ladder/locks.py)."""
+"""A stale Snakemake lock is cleared; a lock a live run holds never is (ladder/core/locks.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from ladder.locks import clear_stale_lock, main, workdir_of
+from ladder.core.locks import clear_stale_lock, main, workdir_of
 
 
 def test_workdir_from_the_command_line(tmp_path):

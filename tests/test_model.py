@@ -7,9 +7,9 @@ import hashlib
 import numpy as np
 import pytest
 
-from ladder import model
-from ladder.errors import LadderError
-from ladder.io import read_json
+from ladder.preparing import model
+from ladder.core.errors import LadderError
+from ladder.core.io import read_json
 
 
 def tiny_gguf(path):

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from ladder import counting, emulation
-from ladder.dispatch import one_process_groups
-from ladder.kernels import Probe
-from ladder.run import RunResult
+from ladder.measuring import counting
+from ladder.preparing import emulation
+from ladder.measuring.dispatch import one_process_groups
+from ladder.core.kernels import Probe
+from ladder.core.run import RunResult
 
 DATA = Path(__file__).parent / "data"
 MARKER, MUL, GEMV = 0x5500100000, 0x5500200000, 0x5500300000
@@ -190,7 +191,7 @@ def test_a_shared_run_that_cannot_be_cut_returns_none(tmp_path, fake_run, return
                     reason="qemu-user-static / gcc-aarch64-linux-gnu / gdb-multiarch missing")
 def test_both_methods_cut_a_real_guest_at_each_test(tmp_path):
     """A real aarch64 guest under QEMU: the exec log and the gdbstub give each test's calls."""
-    from ladder.kernels import read_symbols
+    from ladder.core.kernels import read_symbols
 
     prog = tmp_path / "guest"
     subprocess.run(["aarch64-linux-gnu-gcc", "-O1", "-static", "-o", str(prog),

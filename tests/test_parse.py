@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ladder import parse
-from ladder.errors import LadderError
+from ladder.core import parse
+from ladder.core.errors import LadderError
 
 ARM = "aarch64-qemu/"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ladder import parse
+from ladder.core import parse
 
 P = "x86_64/perplexity/"
 

@@ -1,4 +1,4 @@
-"""Result paths have one template each (ladder.paths): the rules' outputs come from it, and the
+"""Result paths have one template each (ladder.core.paths): the rules' outputs come from it, and the
 input functions, `ladder paths` and the report read results by it or by their own identity."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ladder import paths
+from ladder.core import paths
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,7 +24,7 @@ def test_result_and_match_round_trip():
 
 
 def test_no_rule_or_input_function_spells_a_result_path():
-    """Every results/hosts path in the workflow comes from ladder.paths."""
+    """Every results/hosts path in the workflow comes from ladder.core.paths."""
     spelled = []
     for f in [ROOT / "Snakefile", *sorted((ROOT / "workflow" / "rules").glob("*.smk")),
               *sorted((ROOT / "workflow" / "ladder").glob("*.py"))]:
@@ -41,7 +41,7 @@ def test_serving_section_reads_the_points_own_identity(tmp_path):
     """A point's JSON says which experiment and point it is; the report does not parse paths."""
     import json
 
-    from ladder.servingview import serving_section
+    from ladder.analysis.servingview import serving_section
 
     doc = {"experiment": "ubatch", "point": "ub64", "workload": "ub64", "threads": 2,
            "quant": "q4_0", "samples": [], "rungs": {}}

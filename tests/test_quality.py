@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from ladder import parse
-from ladder.quality import first_divergence, judge_drift, sme_scope
+from ladder.core import parse
+from ladder.measuring.quality import first_divergence, judge_drift, sme_scope
 
 Q = "x86_64/quality/"
 TOL = {"ppl_rel": 0.01, "kld_mean": 0.01}
@@ -77,7 +77,7 @@ def test_first_divergence():
 
 
 def test_scored_tokens_match_llama_perplexity(fixture_text):
-    from ladder.quality import scored_tokens
+    from ladder.measuring.quality import scored_tokens
 
     # 96.825 % same-top-p in the captured run (ctx 128, 4 chunks) is 244 of 252 tokens
     assert scored_tokens(128, 4) == 252 and round(244 / 252 * 100, 3) == 96.825

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from ladder.errors import LadderError
-from ladder.recipes import (
+from ladder.core.errors import LadderError
+from ladder.preparing.recipes import (
     build_key,
     not_applicable_reason,
     quantizer_recipe,
@@ -61,7 +61,7 @@ def test_not_applicable_reasons(default_config, tmp_path):
     arm = {r.name: r for r in rungs_from_config(default_config, "aarch64")}
     assert not_applicable_reason(arm["floor"], "x86_64", frozenset()) == (
         "requires a aarch64 host; this host is x86_64")
-    # a vendor source is a job's business (ladder.vendor), never decided while planning
+    # a vendor source is a job's business (ladder.preparing.vendor), never decided while planning
     assert not_applicable_reason(arm["kleidiai"], "aarch64", frozenset()) is None
     x86 = {r.name: r for r in rungs_from_config(default_config, "x86_64")}
     assert not_applicable_reason(x86["amx"], "x86_64", frozenset({"avx2"})) == (
@@ -121,8 +121,8 @@ def test_a_rung_on_another_source_is_another_build_on_the_same_recipe(default_co
     """Issue 41: a rung may pin its own source (here a git commit) or carry patches; its build
     key holds that source's identity, the other rungs keep theirs, and the plan lists every
     source a fetch_source job may be asked for (a patched one's base too)."""
-    from ladder.plan import Plan, all_sources, recipe_source_id
-    from ladder.source import source_id
+    from ladder.planning.plan import Plan, all_sources, recipe_source_id
+    from ladder.preparing.source import source_id
 
     ladder = default_config["ladders"]["x86_64"]["rungs"]
     native = next(r for r in ladder if r["name"] == "native_repack")

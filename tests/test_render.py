@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from ladder.bandwidth import probe
-from ladder.errors import LadderError
-from ladder.figures import thread_sweeps
-from ladder.render import main, render_all, validate
-from ladder.cost import cost_table, host_price
-from ladder.report import roofline
+from ladder.measuring.bandwidth import probe
+from ladder.core.errors import LadderError
+from ladder.reporting.figures import thread_sweeps
+from ladder.reporting.render import main, render_all, validate
+from ladder.core.cost import cost_table, host_price
+from ladder.reporting.report import roofline
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "report" / "ladder.json"
 
@@ -110,7 +110,7 @@ def test_bandwidth_probe_records_every_repeat(tmp_path):
 
 
 def test_headline_lines_for_the_terminal(doc):
-    from ladder.render import headline_lines
+    from ladder.reporting.render import headline_lines
 
     lines = headline_lines(doc, "results/hosts/local/report/ladder.html")
     assert lines[-1] == "ladder: report: results/hosts/local/report/ladder.html"

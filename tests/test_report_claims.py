@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ladder import stats
-from ladder.report import attribution, dispatch_for, rung_status, weight_share
-from ladder.servingview import unmeasured_rungs
+from ladder.analysis import stats
+from ladder.reporting.report import attribution, dispatch_for, rung_status, weight_share
+from ladder.analysis.servingview import unmeasured_rungs
 
 DOC = json.loads((Path(__file__).parent / "fixtures" / "report" / "ladder.json").read_text())
 
@@ -152,7 +152,7 @@ def test_every_unmeasured_serving_rung_has_a_status():
 def test_a_fresh_order_seed_per_measurement_unless_one_is_set():
     """Issue 42, item 6: a fixed default seed reused each cell's order sequence run after run;
     now each measurement draws one (recorded), and a set seed still reproduces."""
-    from ladder.protocol import run_seed
+    from ladder.planning.protocol import run_seed
 
     assert run_seed(20261129) == (20261129, "measure.seed")
     drawn = [run_seed(None) for _ in range(50)]
@@ -162,7 +162,7 @@ def test_a_fresh_order_seed_per_measurement_unless_one_is_set():
 def test_each_cell_shuffles_with_its_own_seed():
     # issue 19, item 2: one config seed gave every cell the same sequence of orders, so a
     # position effect landed on the same rung everywhere
-    from ladder.bench import cell_seed, round_orders
+    from ladder.measuring.bench import cell_seed, round_orders
 
     names = ["floor", "native_repack", "amx", "control"]
     a = round_orders(names, 6, 20261129, "q4_0/tg64/t2")

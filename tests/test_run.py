@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from ladder.run import diagnose_crash, run
+from ladder.core.run import diagnose_crash, run
 
 CRASHER = r"""
 #include <stdio.h>
@@ -81,7 +81,7 @@ def test_no_gdb_is_said_plainly(monkeypatch, crasher):
 
 def test_frame_symbols_from_real_gdb_frames(fixture_text):
     """Frame #0 as gdb 13 printed it for the AMX rung's SIGILL on this VM (Q4_0 and Q8_0)."""
-    from ladder.run import FRAME0, frame_symbol
+    from ladder.core.run import FRAME0, frame_symbol
 
     def frame0(name: str) -> str:
         bt = json.loads(fixture_text(f"x86_64/evidence-amx-{name}.crash.json"))["crash"]["backtrace"]

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from ladder import render, sections
-from ladder.report import build_doc
-from ladder.sections import SECTIONS, SLOTS, Section
+from ladder.reporting import render
+from ladder.reporting import sections
+from ladder.reporting.report import build_doc
+from ladder.reporting.sections import SECTIONS, SLOTS, Section
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "report" / "ladder.json"

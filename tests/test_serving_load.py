@@ -18,8 +18,10 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from ladder import loadgen, loadview, serveload
-from ladder.errors import LadderError
+from ladder.measuring import loadgen
+from ladder.analysis import loadview
+from ladder.measuring import serveload
+from ladder.core.errors import LadderError
 
 
 # --- definitions, exactly -----------------------------------------------------------------------
@@ -95,7 +97,7 @@ def test_success_only_percentiles_sit_beside_the_adjusted_ones():
 
 
 def test_the_load_section_lists_success_only_percentiles_where_rows_failed():
-    from ladder.render import _fmt_ms
+    from ladder.reporting.render import _fmt_ms
 
     sec = loadview.summarize_load(synthetic_doc(fail_round=2), PLAN, STATS)
     (row,) = sec["success_only"]  # the floor's row; the others completed every request
@@ -424,7 +426,7 @@ def test_levels_slots_and_context_follow_the_config():
 
 
 def test_a_rounds_percentile_prints_with_its_interval_or_its_failures():
-    from ladder.render import _fmt_ms_ci
+    from ladder.reporting.render import _fmt_ms_ci
 
     assert _fmt_ms_ci({"estimate": 71.7, "lo": 69.9, "hi": 73.6, "failed_rounds": 0}) == \
         "71.7 (69.9-73.6)"
@@ -446,7 +448,7 @@ def test_an_open_level_whose_client_fell_behind_is_flagged():
 
 
 def test_the_report_prints_success_only_percentiles_beside_the_table(tmp_path):
-    from ladder.render import render_all
+    from ladder.reporting.render import render_all
 
     fixture = Path(__file__).parent / "fixtures" / "report-default" / "ladder.json"
     doc = json.loads(fixture.read_text())
@@ -647,7 +649,7 @@ def test_a_difference_within_the_searchs_resolution_is_never_called():
 
 
 def test_compare_gates_on_a_capacity_that_fell():
-    from ladder.compare import compare_load
+    from ladder.reporting.compare import compare_load
 
     before = capacity_doc({"floor": [0.6, 0.65, 0.6, 0.62], "fast": [2.6, 2.5, 2.7, 2.6],
                            "control": [2.6, 2.55, 2.6, 2.7]})
@@ -668,7 +670,7 @@ def test_compare_gates_on_a_capacity_that_fell():
 
 
 def test_the_report_prints_each_rungs_capacity(tmp_path):
-    from ladder.render import render_all
+    from ladder.reporting.render import render_all
 
     fixture = Path(__file__).parent / "fixtures" / "report-default" / "ladder.json"
     doc = json.loads(fixture.read_text())
@@ -751,7 +753,7 @@ def test_concurrency_capacity_is_judged_like_the_rate():
 
 
 def test_compare_gates_on_concurrency_that_fell():
-    from ladder.compare import compare_load
+    from ladder.reporting.compare import compare_load
 
     def report(streams: dict) -> dict:
         return {"serving": {"load": loadview.summarize_load(
@@ -773,7 +775,7 @@ def test_compare_gates_on_concurrency_that_fell():
 
 
 def test_the_report_prints_each_rungs_concurrency_capacity(tmp_path):
-    from ladder.render import render_all
+    from ladder.reporting.render import render_all
 
     fixture = Path(__file__).parent / "fixtures" / "report-default" / "ladder.json"
     doc = json.loads(fixture.read_text())

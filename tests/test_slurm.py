@@ -137,7 +137,7 @@ def test_builds_shared_by_cpu_identity(fleet_dir):
 
 
 def test_host_results_have_the_shape_of_a_local_run(fleet_dir):
-    from ladder.render import validate
+    from ladder.reporting.render import validate
 
     for h in HOSTS:
         base = fleet_dir / f"results/hosts/{h}"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ladder import source
-from ladder.errors import LadderError
-from ladder.io import read_json
+from ladder.preparing import source
+from ladder.core.errors import LadderError
+from ladder.core.io import read_json
 
 
 def git(*args, cwd):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from ladder import stats
-from ladder.errors import LadderError
+from ladder.analysis import stats
+from ladder.core.errors import LadderError
 
 
 def sample(rung: str, rnd: int, tps: float, **kw) -> dict:
@@ -276,7 +276,7 @@ def _retiring_cell(rng, effect: float, n: int, sd: float, looks=(3, 5)):
     """The stopping rule of bench.measure on simulated rounds: after each look, the rungs
     stats.retirable names are not run again. Returns the final step verdict and the rounds each
     rung ran."""
-    from ladder.bench import DEFAULT_RETIRE, retire_at_look
+    from ladder.measuring.bench import DEFAULT_RETIRE, retire_at_look
 
     rule = {**DEFAULT_RETIRE, "looks": list(looks)}
     effects = {"a": 1.0, "b": effect, "control": 1.0}
@@ -343,7 +343,7 @@ def test_the_remeasure_loop_without_processes(monkeypatch, tmp_path):
     """bench.measure_round (pyperf's split: the loop apart from the process runs): a disturbed
     attempt is kept and marked, the round measured again in a spare order, and a round still
     disturbed after max_remeasure is unresolved; retired rungs are left out of the new order."""
-    from ladder import bench
+    from ladder.measuring import bench
 
     policy = bench.make_policy(rounds=5, reps=1, warmup=True, timeout_s=1, warmup_rounds=1,
                                disturbance={"max_remeasure": 2}, retire=None, thresholds=None,
@@ -375,7 +375,7 @@ def test_the_remeasure_loop_without_processes(monkeypatch, tmp_path):
 # --- rounds chosen from the pilot's A/A spread (measure.rounds_from_noise) ----------------------
 def test_rounds_for_grows_with_the_noise_and_stops_at_the_cap():
     """The second stage's size: the fewest rounds at which the 80 %-power figure meets the target."""
-    from ladder import protocol
+    from ladder.planning import protocol
 
     got = {sd: protocol.rounds_for(sd, 0.10, 0.05, 12, 32) for sd in (0.02, 0.10, 0.16, 0.40)}
     assert got[0.02] == (12, False)  # quiet: the minimum
@@ -399,7 +399,7 @@ def _pilot_samples(rng, n: int, sd_ct: float, sd_ba: float, effect: float = 1.0)
 def test_the_pilot_reads_the_aa_pair_only():
     """The rounds follow the control/twin spread, never the comparison the cell reports: a
     noisy or large b/a with a quiet A/A pair gets the minimum; no pair, the fixed rounds."""
-    from ladder import protocol
+    from ladder.planning import protocol
 
     rng = np.random.default_rng(12)
     rule = {"pilot": 10, "min": 12, "max": 32, "target": 0.10}
@@ -421,7 +421,7 @@ def _two_stage_cell(rng, effect: float, sd: float, slow: float, rule: dict, delt
     them. Per-process noise: log-normal with ``sd``/sqrt(2) (a pair's per-round SD is ``sd``)
     and a slow mode (0.65x) in ``slow`` of the processes (a drift shared by a round's processes
     cancels in every ratio, so it is left out)."""
-    from ladder import protocol
+    from ladder.planning import protocol
 
     hi = max(rule["max"], rule["pilot"])
     logs = rng.normal(0, sd / math.sqrt(2), size=(hi, 3)) + np.where(

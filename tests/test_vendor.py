@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from ladder.build import build
-from ladder.report import rung_status
-from ladder.vendor import fetch_vendor, tree_sha256, vendor_id
+from ladder.preparing.build import build
+from ladder.reporting.report import rung_status
+from ladder.preparing.vendor import fetch_vendor, tree_sha256, vendor_id
 
 
 def _archive(tmp_path: Path) -> tuple[Path, str]:

@@ -4,21 +4,22 @@
 import os
 import sys
 
-from ladder import emulators, paths
-from ladder.errors import LadderError
-from ladder.machine import host_facts as local_facts
-from ladder.hosts import check_facts
-from ladder.io import read_json
-from ladder.config import start_up
-from ladder.codeid import code_hashes
-from ladder.plan import Plan, all_sources
-from ladder.source import base_of, source_id
-from ladder.sections import SECTIONS
-from ladder.experiments import BENCH_EXPERIMENTS
-from ladder.vendor import vendor_id
+from ladder.preparing import emulators
+from ladder.core import paths
+from ladder.core.errors import LadderError
+from ladder.core.machine import host_facts as local_facts
+from ladder.core.hosts import check_facts
+from ladder.core.io import read_json
+from ladder.planning.config import start_up
+from ladder.core.codeid import code_hashes
+from ladder.planning.plan import Plan, all_sources
+from ladder.preparing.source import base_of, source_id
+from ladder.reporting.sections import SECTIONS
+from ladder.planning.experiments import BENCH_EXPERIMENTS
+from ladder.preparing.vendor import vendor_id
 from snakemake.exceptions import IncompleteCheckpointException
 
-# the schema, the hosts and every start-up check (ladder.config.start_up)
+# the schema, the hosts and every start-up check (ladder.planning.config.start_up)
 HOSTS = {
     h.name: h
     for h in start_up(config, f"{workflow.basedir}/workflow/schemas/config.schema.yaml")
@@ -57,7 +58,7 @@ _CODE = code_hashes()  # every script's identity, once per parse
 
 def code(script):
     """A script rule's code identity: its adapter and every package module it reaches (derived
-    from the imports, ladder.codeid)."""
+    from the imports, ladder.core.codeid)."""
     return _CODE[script]
 
 
@@ -406,7 +407,7 @@ def report_inputs(wildcards):
             if plan.dispatch_enabled and config["dispatch"]["must_dispatch"]
             else []
         ),
-        # each registered section's inputs (ladder.sections), from its <key>_files function
+        # each registered section's inputs (ladder.reporting.sections), from its <key>_files function
         **{
             name: files
             for section in SECTIONS
@@ -475,7 +476,7 @@ def quality_inputs(wildcards):
         **corpus_files(),
     }
     if wildcards.rung != ref:
-        # the floor's small result JSON, not its logits file: see ladder/quality.py
+        # the floor's small result JSON, not its logits file: see ladder/measuring/quality.py
         inputs["floor_result"] = paths.result(
             "quality",
             host=wildcards.host,

@@ -1,0 +1,597 @@
+"""Paired ratios, their tests and intervals, and verdicts that count the noise once.
+
+Every rung-over-rung ratio of a cell is paired by round (the rungs take turns inside a round, so
+a round's drift hits both): the geometric mean of the per-round ratios, a Student t-interval on
+the mean log ratio and the paired t-test of the same logs (Welch's for two unpaired sets: two
+hosts, two runs). The t-interval's coverage is checked by simulation in tests/test_stats.py; the
+estimator was chosen on real A/A series (measurements/resolving_power.py, README "Resolving
+power").
+
+A comparison is judged by its own paired data, once (issue 31):
+
+- **faster / slower**: the paired test is significant (Benjamini-Hochberg across the run's
+  comparisons, ``fdr_adjust``) *and* the estimate is at least the practical threshold δ of its
+  phase (``stats.threshold``; prefill and decode apart). The call says what it holds: when its
+  interval reaches inside ±δ it reads "faster, by less than δ not ruled out" (the estimate is
+  not shown to be at least δ; near δ a called estimate is also biased up by the selection,
+  issue 42);
+- **equivalent**: the 1 - 2α (90 %) interval lies inside ±δ (two one-sided tests);
+- **inconclusive** otherwise, with the smallest effect this comparison would call with 80 %
+  power (``smallest_callable``).
+
+The control and its twin (one build under two labels, interleaved like the rest) are a *check*,
+not a band: a control/twin interval that excludes 1 means the cell measured one build as
+different from itself (a label or position bias, a drift). Such a cell's intervals are widened by
+that bias and its verdicts say so; a 25x step is still called. The A/A figures (the point
+|control/twin - 1|, its interval, the per-round SD, its standard error and the smallest effect
+callable with 80 % power) are printed per cell, so a reader compares like with like.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+from scipy import stats as sps
+
+from ladder.core.errors import LadderError
+# the protocol's definitions, shared with the measurement (which never imports this module)
+from ladder.planning.protocol import (
+    DEFAULT_THRESHOLD,
+    INTERIM_ALPHA,
+    MIN_ROUNDS,
+    POWER,
+    ROUND_STATISTICS,
+    checked_statistic,
+    comparisons,
+    paired_ratios,
+    per_round_means,
+    phase_of,
+    retirable,
+    smallest_callable,
+    t_quantile,
+    threshold_for,
+)
+
+MAD_Z = 3.5  # Iglewicz & Hoaglin's modified z-score cut-off
+METHOD = ("geometric mean of per-round ratios; paired t-test and Student t-interval on the mean "
+          "log ratio")
+UNPAIRED_METHOD = "ratio of geometric means; Welch t-test and interval on the difference of mean logs"
+RULE = ("faster/slower: paired test significant after Benjamini-Hochberg across the run's "
+        "comparisons and the estimate at least the phase's threshold; equivalent: the 90 % "
+        "interval inside the threshold (TOST); otherwise inconclusive")
+CALLS = ("faster", "slower")
+
+
+@dataclass(frozen=True)
+class RatioEstimate:
+    estimate: float | None  # geometric mean of the per-round ratios
+    lo: float | None
+    hi: float | None
+    n: int
+    per_round: list[float]
+    confidence: float
+    method: str = METHOD
+    sd_log: float | None = None  # per-round SD of the log ratios (paired)
+    se_log: float | None = None  # standard error of the mean log ratio
+    df: float | None = None  # degrees of freedom of the t-distribution used
+    p_value: float | None = None  # two-sided test of "no difference" (ratio 1)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    # faster | slower | equivalent | inconclusive | insufficient data | disturbed | no threshold
+    call: str
+    significant: bool  # the test rejects "no difference" (after the multiplicity adjustment)
+    text: str
+    # the smallest effect this comparison calls with 80 % power, at its rounds and threshold
+    resolving_power: float | None = None
+    threshold: float | None = None
+    p_value: float | None = None
+    adjusted: bool = False  # decided by the run's Benjamini-Hochberg step
+    widened: float | None = None  # a failed control check's bias added to the interval (log)
+    # a call whose printed interval lies wholly beyond the threshold ("at least δ faster"); a
+    # call whose interval reaches inside it says "by less than δ not ruled out"
+    beyond_threshold: bool | None = None
+
+
+def round_statistic(doc: Mapping[str, Any]) -> str:
+    """The statistic a cell was measured for (cells from before it was recorded: the mean)."""
+    return checked_statistic(str(doc.get("round_statistic") or "mean"))
+
+
+def _tq(confidence: float, df: float) -> float:
+    return t_quantile((1 + confidence) / 2, df)
+
+
+def _p_two_sided(mean: float, se: float, df: float) -> float:
+    if se == 0:
+        return 0.0 if mean != 0 else 1.0
+    return float(2 * sps.t.sf(abs(mean) / se, df))
+
+
+def _estimate(mean: float, se: float, df: float, n: int, per_round: list[float],
+              confidence: float, method: str, sd: float | None) -> RatioEstimate:
+    half = _tq(confidence, df) * se
+    return RatioEstimate(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n,
+                         per_round, confidence, method, sd, se, df, _p_two_sided(mean, se, df))
+
+
+def ratio_ci(ratios: Sequence[float], confidence: float = 0.95) -> RatioEstimate:
+    """Paired ratios: geometric mean, t-interval and paired t-test on the mean of their logs."""
+    n = len(ratios)
+    if n == 0:
+        return RatioEstimate(None, None, None, 0, [], confidence)
+    logs = np.log(np.asarray(ratios, dtype=float))
+    if n < 2:
+        return RatioEstimate(float(np.exp(logs.mean())), None, None, n, list(ratios), confidence)
+    sd = float(logs.std(ddof=1))
+    return _estimate(float(logs.mean()), sd / math.sqrt(n), n - 1, n,
+                     [float(r) for r in ratios], confidence, METHOD, sd)
+
+
+def unpaired_ratio_ci(base: Sequence[float], other: Sequence[float],
+                      confidence: float = 0.95) -> RatioEstimate:
+    """other/base for two independent sets of round means (e.g. two hosts, two runs): the
+    ratio of their geometric means with a Welch t-interval and test on the difference of mean
+    logs. ``n`` is the smaller side; ``per_round`` is empty (nothing pairs the rounds)."""
+    n = min(len(base), len(other))
+    if n == 0 or min(base) <= 0 or min(other) <= 0:
+        return RatioEstimate(None, None, None, n, [], confidence, UNPAIRED_METHOD)
+    la, lb = np.log(np.asarray(base, dtype=float)), np.log(np.asarray(other, dtype=float))
+    diff = float(lb.mean() - la.mean())
+    if n < 2:
+        return RatioEstimate(math.exp(diff), None, None, n, [], confidence, UNPAIRED_METHOD)
+    va, vb = float(la.var(ddof=1)) / len(la), float(lb.var(ddof=1)) / len(lb)
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va ** 2 / (len(la) - 1) + vb ** 2 / (len(lb) - 1)) if se else 1.0
+    return _estimate(diff, se, df, n, [], confidence, UNPAIRED_METHOD, None)
+
+
+def fmt_ratio(x: float) -> str:
+    return f"{x:.2f}x" if x < 10 else f"{x:.1f}x"
+
+
+def _fmt_p(p: float) -> str:
+    return "p < 0.0001" if p < 1e-4 else f"p {p:.4f}" if p < 0.01 else f"p {p:.3f}"
+
+
+def verdict(r: RatioEstimate, threshold: float | None, *, bias: float = 0.0,
+            selected: bool | None = None, shown_confidence: float | None = None,
+            bias_why: str | None = None) -> Verdict:
+    """Judge one ratio (see the module's docstring).
+
+    ``bias``: a failed control check's |ln(control/twin)|, added to the interval on both sides
+    and taken off the estimate before the test (``bias_why`` names another source of it, e.g. a
+    capacity search's resolution). ``selected``: the run's Benjamini-Hochberg
+    decision (None: the comparison's own test at 1 - confidence). ``shown_confidence``: the
+    level of the printed interval (a selected comparison's false-coverage-adjusted level)."""
+    if r.estimate is None or r.se_log is None or r.df is None or r.n < 3:
+        return Verdict("insufficient data", False,
+                       f"insufficient data ({r.n} paired rounds; at least 3 needed)")
+    if threshold is None:
+        return Verdict("no threshold", False,
+                       "not judged: no threshold (a cell it is compared with has no noise "
+                       "figures)")
+    alpha = 1 - r.confidence
+    m, se, df = math.log(r.estimate), r.se_log, r.df
+    band = math.log1p(threshold)
+    shrunk = max(0.0, abs(m) - bias)
+    p = _p_two_sided(shrunk, se, df)
+    significant = (p <= alpha) if selected is None else bool(selected and p <= alpha)
+    conf = shown_confidence or r.confidence
+    half = _tq(conf, df) * se + bias
+    lo, hi = math.exp(m - half), math.exp(m + half)
+    mde = smallest_callable(se, df, alpha, threshold, bias=bias)
+    power_txt = (f"this comparison calls effects of ±{mde * 100:.1f} % with "
+                 f"{POWER * 100:.0f} % power" if mde is not None else "")
+    ci = (f"{round(conf * 100, 1):g}% CI {fmt_ratio(lo)}-{fmt_ratio(hi)}"
+          + (", adjusted for selection" if shown_confidence else "")
+          + (f", widened ±{math.expm1(bias) * 100:.1f} % by "
+             f"{bias_why or 'the failed control check'}" if bias else ""))
+    common = dict(resolving_power=mde, threshold=threshold, p_value=p,
+                  adjusted=selected is not None, widened=bias or None)
+    if significant and shrunk >= band:
+        call = "faster" if m > 0 else "slower"
+        beyond = (lo >= math.exp(band)) if m > 0 else (hi <= math.exp(-band))
+        hedge = "" if beyond else f", by less than {threshold * 100:.3g} % not ruled out"
+        return Verdict(call, True, f"{fmt_ratio(r.estimate)} {call}{hedge} ({ci}; {_fmt_p(p)}; "
+                       f"threshold ±{threshold * 100:.3g} %)", beyond_threshold=beyond,
+                       **common)
+    t90 = _tq(1 - 2 * alpha, df) * se + bias
+    if -band <= m - t90 and m + t90 <= band:
+        return Verdict("equivalent", significant,
+                       f"equivalent within ±{threshold * 100:.3g} % ({round((1 - 2 * alpha) * 100):g}"
+                       f"% CI {fmt_ratio(math.exp(m - t90))}-{fmt_ratio(math.exp(m + t90))} "
+                       f"inside it)", **common)
+    if significant:
+        why = f"significant ({_fmt_p(p)}) but under the ±{threshold * 100:.3g} % threshold"
+    elif p <= alpha:
+        why = f"{_fmt_p(p)}, not significant after the multiplicity adjustment"
+    else:
+        why = f"not significant, {_fmt_p(p)}"
+    return Verdict("inconclusive", significant,
+                   f"inconclusive ({why}: {ci}; {power_txt})", **common)
+
+
+def control_check(ct: RatioEstimate | None) -> dict[str, Any]:
+    """One build cannot be faster than itself: a control/twin interval that excludes 1 fails
+    the check (expected in 1 - confidence of honest cells; more often, a label or position bias
+    or a drift). A failed check widens the cell's intervals by the bias it measured (``bias``,
+    log scale) and flags them; it hides nothing."""
+    if ct is None or ct.lo is None or ct.hi is None or ct.estimate is None:
+        return {"passed": None, "bias": 0.0,
+                "text": "no control check (control or twin not measured)"}
+    level = f"{round(ct.confidence * 100, 1):g}% CI {fmt_ratio(ct.lo)}-{fmt_ratio(ct.hi)}"
+    if ct.lo > 1.0 or ct.hi < 1.0:
+        bias = abs(math.log(ct.estimate))
+        return {"passed": False, "bias": bias,
+                "text": f"control check failed: the same build measured "
+                        f"{fmt_ratio(ct.estimate)} against itself ({level} excludes 1); this "
+                        f"cell's intervals are widened by ±{math.expm1(bias) * 100:.1f} % and "
+                        "its verdicts flagged"}
+    return {"passed": True, "bias": 0.0,
+            "text": f"control/twin {fmt_ratio(ct.estimate)} ({level}) includes 1"}
+
+
+def aa_figures(ct: RatioEstimate | None, threshold: float) -> dict[str, Any] | None:
+    """What the A/A pair of a cell says about its noise, in the units readers compare: the
+    point |control/twin - 1| (one draw, as a single A/A run prints it), its interval, the
+    per-round SD of the log ratio, its standard error, and the smallest effect the cell calls
+    with 80 % power at its rounds and threshold."""
+    if ct is None or ct.estimate is None:
+        return None
+    return {"point": abs(ct.estimate - 1), "estimate": ct.estimate, "ci": [ct.lo, ct.hi],
+            "confidence": ct.confidence, "sd_per_round": ct.sd_log, "se": ct.se_log,
+            "rounds": ct.n, "threshold": threshold,
+            "smallest_callable": smallest_callable(ct.se_log, ct.df, 1 - ct.confidence,
+                                                   threshold)}
+
+
+def plan_text(plan: Mapping[str, Any] | None) -> str:
+    """How a cell's rounds were chosen (``protocol.plan_rounds``), or "" for fixed rounds."""
+    if not plan:
+        return ""
+    if plan.get("sd") is None:
+        return f"; rounds: {plan['why']}"
+    upper = plan.get("planning_sd")
+    return (f"; rounds chosen after a {plan['pilot']}-round pilot (per-round SD "
+            f"{plan['sd'] * 100:.1f} %"
+            + (f", {upper * 100:.1f} % at its upper {plan['assurance'] * 100:g} % limit"
+               if upper and upper != plan["sd"] else "")
+            + f"): {plan['rounds']} to call ±{plan['target'] * 100:g} %"
+            + (f", capped at {plan['max']} (more were needed)" if plan.get("capped") else ""))
+
+
+def aa_text(aa: Mapping[str, Any] | None, control: str | None, twin: str | None,
+            plan: Mapping[str, Any] | None = None) -> str:
+    """One line of a cell's A/A figures (the same in the report, the terminal and the fleet),
+    with how its rounds were chosen when they were (``plan``)."""
+    if not aa:
+        return "no A/A pair measured: no noise figures for this cell" + plan_text(plan)
+    conf = round(aa["confidence"] * 100, 1)
+    ci = aa["ci"]
+    sd, se, mde = aa["sd_per_round"], aa["se"], aa["smallest_callable"]
+    return (f"A/A ({control} vs {twin}): |control/twin - 1| = {aa['point'] * 100:.1f} %"
+            + (f" ({conf:g}% CI {fmt_ratio(ci[0])}-{fmt_ratio(ci[1])})" if ci[0] else "")
+            + (f"; per-round SD {sd * 100:.1f} %, SE {se * 100:.1f} %" if sd is not None else "")
+            + (f"; calls effects of ±{mde * 100:.1f} % with {POWER * 100:.0f} % power at "
+               f"{aa['rounds']} rounds (threshold ±{aa['threshold'] * 100:g} %)"
+               if mde is not None else "")
+            + plan_text(plan))
+
+
+def interval_reach(r: RatioEstimate) -> float | None:
+    """How far from 1 an interval reaches on the log scale, as a fraction (a fleet's A/A pair of
+    runs: the drift floor that a cross-hardware comparison must also clear)."""
+    if r.lo is None or r.hi is None or r.n < 2:
+        return None
+    return float(math.expm1(max(abs(math.log(r.lo)), abs(math.log(r.hi)))))
+
+
+def max_round_deviation(ratios: Sequence[float]) -> float | None:
+    """The largest single-round deviation of the control from its twin (reported, not used)."""
+    return float(max(abs(r - 1.0) for r in ratios)) if ratios else None
+
+
+def outlier_flags(values: Sequence[float]) -> list[bool]:
+    """Median/MAD outliers: flagged for the reader, never removed."""
+    x = np.asarray(values, dtype=float)
+    if len(x) < 3:
+        return [False] * len(x)
+    med = np.median(x)
+    mad = np.median(np.abs(x - med))
+    if mad == 0:
+        return [False] * len(x)
+    return [bool(abs(0.6745 * (v - med) / mad) > MAD_Z) for v in x]
+
+
+def check_combinable(doc: Mapping[str, Any]) -> None:
+    """Refuse to combine samples whose metadata disagree (pyperf's rule): the cell's (host,
+    workload, threads, model) across all its samples, each rung's build across its own (rungs
+    may be built from different sources: a patched or another version's rung says so in its
+    build_commit)."""
+    samples = doc["samples"]
+    where = f"bench {doc['quant']}/{doc['workload']}/t{doc['threads']}"
+    for key in ("hostname", "arch", "identity", "thp", "n_threads", "n_prompt", "n_gen",
+                "n_depth", "model_size", "cpus"):
+        values = {s.get(key) for s in samples}
+        if len(values) > 1:
+            raise LadderError(f"{where}: samples disagree on {key} ({sorted(map(str, values))}); "
+                              "refusing to combine them")
+    for key in ("build_key", "build_commit"):
+        per_rung: dict[str, set[str]] = defaultdict(set)
+        for s in samples:
+            per_rung[s["rung"]].add(str(s.get(key)))
+        for rung, values in per_rung.items():
+            if len(values) > 1:
+                raise LadderError(f"{where}: rung {rung} has samples that disagree on {key} "
+                                  f"({sorted(values)}); refusing to combine them")
+
+
+def rung_summary(samples: Sequence[Mapping[str, Any]], rung: str, confidence: float,
+                 resamples: int, seed: int, statistic: str = "mean") -> dict[str, Any]:
+    vals = [float(s["tokens_per_s"]) for s in samples if s["rung"] == rung]
+    if not vals:
+        return {"n": 0}
+    arr = np.asarray(vals)
+    out: dict[str, Any] = {"n": len(vals), "median": float(np.median(arr)),
+                           "mean": float(arr.mean()), "min": float(arr.min()),
+                           "max": float(arr.max()), "ci": None,
+                           "outliers": [i for i, f in enumerate(outlier_flags(vals)) if f],
+                           "peak_rss_kib": max(int(s.get("peak_rss_kib") or 0)
+                                               for s in samples if s["rung"] == rung),
+                           # per-round values (the cell's round statistic), in round order:
+                           # what a cross-host or cross-run comparison uses
+                           "round_means": [m for _, m in sorted(per_round_means(
+                               samples, rung, statistic).items())]}
+    if len(vals) >= 2 and np.ptp(arr) > 0:
+        res = sps.bootstrap((arr,), np.median, confidence_level=confidence,
+                            n_resamples=resamples, method="percentile",
+                            random_state=np.random.default_rng(seed))
+        out["ci"] = [float(res.confidence_interval.low), float(res.confidence_interval.high)]
+    return out
+
+
+def cell_control(samples: Sequence[Mapping[str, Any]], control: str | None, twin: str | None,
+                 confidence: float, statistic: str = "mean"
+                 ) -> tuple[RatioEstimate | None, float | None]:
+    """The cell's control/twin estimate and the largest single-round deviation (None each when
+    the control or its twin was not measured)."""
+    measured = {s["rung"] for s in samples}
+    if not (control and twin and control in measured and twin in measured):
+        return None, None
+    ct = paired_ratios(samples, twin, control, statistic)
+    return ratio_ci(ct, confidence), max_round_deviation(ct)
+
+
+def position_effects(samples: Sequence[Mapping[str, Any]], statistic: str = "mean"
+                     ) -> dict[int, list[float]]:
+    """Per position in a round's order: the log deviations of the runs there from their rung's
+    geometric mean in the cell. Orders are shuffled, so a position effect only adds noise to a
+    ratio, but a large one is a finding of its own (pooled over the run by ``pooled_checks``)."""
+    values: dict[str, dict[int, float]] = defaultdict(dict)
+    pos: dict[tuple[str, int], int] = {}
+    for s in samples:
+        pos[(s["rung"], int(s["round"]))] = int(s.get("order", 0))
+    for rung in {s["rung"] for s in samples}:
+        values[rung] = per_round_means(samples, rung, statistic)
+    out: dict[int, list[float]] = defaultdict(list)
+    for rung, rounds in values.items():
+        if len(rounds) < 2:
+            continue
+        centre = float(np.mean(np.log(list(rounds.values()))))
+        for rnd, v in rounds.items():
+            out[pos[(rung, rnd)]].append(math.log(v) - centre)
+    return dict(out)
+
+
+def judge(comp: dict[str, Any], selected: bool | None = None,
+          shown_confidence: float | None = None) -> dict[str, Any]:
+    """A comparison's verdict from what it carries (ratio, threshold, bias and ``bias_why``,
+    disturbance, ``no_equivalence``), so the run-level adjustment re-judges it exactly as the
+    cell did."""
+    r = RatioEstimate(**comp["ratio"])
+    v = verdict(r, comp["threshold"], bias=comp.get("bias") or 0.0, selected=selected,
+                shown_confidence=shown_confidence, bias_why=comp.get("bias_why"))
+    why_not = comp.get("no_equivalence")
+    if why_not and v.call == "equivalent":  # e.g. censored values: they only hide differences
+        v = replace(v, call="inconclusive", text=f"inconclusive, not equivalent: {why_not} "
+                                                 f"({v.text})")
+    unresolved = comp.get("unresolved") or []
+    if unresolved and v.call in ("insufficient data", "equivalent", "inconclusive"):
+        # too few clean rounds, or no answer: the machine's fault, and said so
+        v = replace(v, call="disturbed",
+                    text=f"disturbed: round(s) {', '.join(map(str, unresolved))} stayed "
+                         f"disturbed after re-measuring ({r.n} clean rounds); not judged")
+    return asdict(v)
+
+
+def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
+                   twin: str | None, confidence: float = 0.95, resamples: int = 10000,
+                   seed: int = 0, thresholds: float | Mapping[str, float] | None = None
+                   ) -> dict[str, Any]:
+    """Per-rung summaries, the A/A check and figures, and the step verdicts of one measured
+    cell, each comparison judged on its own (``fdr_adjust`` then adjusts across the run)."""
+    statistic = round_statistic(doc)
+    check_combinable(doc)
+    # a disturbed attempt was measured again (bench.measure): its samples never count
+    samples = [s for s in doc["samples"] if not s.get("warmup") and not s.get("disturbed")]
+    dist = doc.get("disturbance") or {}
+    unresolved = list(dist.get("unresolved") or [])
+    measured = {s["rung"] for s in samples}
+    names = list(ladder) + ([control] if control else [])
+    rungs = {n: rung_summary(samples, n, confidence, resamples, seed, statistic) for n in names}
+    spec = doc.get("workload_spec") or (
+        {"n_prompt": samples[0].get("n_prompt"), "n_gen": samples[0].get("n_gen")}
+        if samples else {})
+    phase = phase_of(spec)
+    delta = threshold_for(thresholds, phase)
+    ct, max_dev = cell_control(samples, control, twin, confidence, statistic)
+    check = control_check(ct)
+    aa = aa_figures(ct, delta)
+
+    def compare(base: str, other: str, kind: str) -> dict[str, Any]:
+        r = ratio_ci(paired_ratios(samples, base, other, statistic), confidence)
+        comp = {"kind": kind, "base": base, "rung": other, "ratio": asdict(r),
+                "threshold": delta, "bias": check["bias"], "unresolved": unresolved}
+        comp["verdict"] = judge(comp)
+        return comp
+
+    judged = [compare(base, other, kind) for kind, base, other in comparisons(ladder, measured)]
+    return {
+        "quant": doc["quant"], "workload": doc["workload"], "threads": doc["threads"],
+        "rungs": rungs, "round_statistic": statistic, "phase": phase,
+        "noise_floor": {"control": control, "twin": twin,
+                        # the smallest effect this cell calls with 80 % power (A/A spread,
+                        # rounds, threshold): what "resolving power" means in the report
+                        "floor": aa["smallest_callable"] if aa else None,
+                        "definition": "smallest effect called with 80 % power at this cell's "
+                                      "rounds, from the control/twin per-round spread and the "
+                                      "phase's threshold",
+                        "threshold": delta, "aa": aa, "control_check": check,
+                        "text": aa_text(aa, control, twin, doc.get("rounds_plan")),
+                        "rounds_plan": doc.get("rounds_plan"),
+                        "max_round_deviation": max_dev,
+                        "control_vs_twin": asdict(ct) if ct else None},
+        "positions": {str(k): v for k, v in sorted(position_effects(samples, statistic).items())},
+        "steps": [c for c in judged if c["kind"] == "step"],
+        "vs_floor": [c for c in judged if c["kind"] == "vs_floor"],
+        "disturbance": {"remeasured": len(dist.get("remeasured") or []),
+                        "unresolved": unresolved,
+                        "reasons": sorted({r for m in dist.get("remeasured") or []
+                                           for r in m.get("reasons") or []})[:5]},
+    }
+
+
+def benjamini_hochberg(p_values: Sequence[float], q: float) -> list[bool]:
+    """Which hypotheses Benjamini-Hochberg rejects at false-discovery rate ``q``."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    k = 0
+    for rank, i in enumerate(order, start=1):
+        if p_values[i] <= rank * q / m:
+            k = rank
+    cut = p_values[order[k - 1]] if k else -1.0
+    return [p <= cut for p in p_values]
+
+
+FLOOR_FAMILY = "with the floor"
+ABOVE_FAMILY = "above the floor"
+
+
+def fdr_adjust(cells: Sequence[dict[str, Any]], confidence: float = 0.95,
+               floor: str | None = None) -> dict[str, Any]:
+    """Multiplicity across a run: every comparison's test enters a Benjamini-Hochberg step at
+    q = 1 - confidence; only a rejected one may be called faster or slower, and its printed
+    interval is the false-coverage-rate adjusted one (Benjamini & Yekutieli 2005: level
+    1 - R·q/m for R selected of m). A step that is also a vs-floor comparison counts once.
+
+    With ``floor`` (the ladder's first rung) there are two families, declared before anything
+    is measured: the comparisons with the floor (gross by design: the generic build far below
+    every other rung) and those between rungs above it (the moderate questions: a vendor
+    library over repack, a patch over its base). In one family the gross steps' discoveries
+    raise BH's cut-off for every other test, so a moderate comparison among many gross ones
+    is tested at about the unadjusted level (issue 42). Re-judges the cells' comparisons in
+    place; returns what it did, for the report."""
+    q = 1 - confidence
+    families: dict[str, dict[tuple[int, str, str], list[dict[str, Any]]]] = {}
+    for i, cell in enumerate(cells):
+        for comp in list(cell.get("steps") or []) + list(cell.get("vs_floor") or []):
+            if comp["verdict"].get("p_value") is None:  # no test (too few rounds)
+                continue
+            name = ("all" if floor is None else
+                    FLOOR_FAMILY if floor in (comp["base"], comp["rung"]) else ABOVE_FAMILY)
+            families.setdefault(name, {}).setdefault((i, comp["base"], comp["rung"]),
+                                                     []).append(comp)
+    did = []
+    for name in ([FLOOR_FAMILY, ABOVE_FAMILY] if floor is not None else ["all"]):
+        unique = families.get(name, {})
+        keys = list(unique)
+        # the cell's own verdict already tested the estimate less any control bias
+        p = [unique[k][0]["verdict"]["p_value"] for k in keys]
+        rejected = benjamini_hochberg(p, q) if keys else []
+        n_sel = sum(rejected)
+        shown = 1 - n_sel * q / len(keys) if n_sel else None
+        for k, sel in zip(keys, rejected):
+            for comp in unique[k]:
+                comp["verdict"] = judge(comp, selected=sel,
+                                        shown_confidence=shown if sel else None)
+                comp["family"] = name
+        did.append({"family": name, "comparisons": len(keys), "rejected": n_sel,
+                    "interval_confidence_selected": shown})
+
+    def said(f: Mapping[str, Any]) -> str:
+        shown = f["interval_confidence_selected"]
+        return (f"{f['rejected']} of {f['comparisons']} passed the test" + (
+            f" (intervals shown at the false-coverage-adjusted level of {shown * 100:.1f} %)"
+            if shown else ""))
+
+    if floor is None:
+        text = (f"Multiplicity: the {did[0]['comparisons']} comparisons of this run form one "
+                f"Benjamini-Hochberg family at a false-discovery rate of {q * 100:g} %; "
+                f"{said(did[0])}.")
+    else:
+        text = (f"Multiplicity: two Benjamini-Hochberg families at a false-discovery rate of "
+                f"{q * 100:g} % each, declared before measuring, so that the gross steps never "
+                f"lower the bar for the moderate ones: the comparisons with the floor "
+                f"`{floor}`, {said(did[0])}; those between rungs above it, {said(did[1])}.")
+    return {"method": "Benjamini-Hochberg", "q": q,
+            "comparisons": sum(f["comparisons"] for f in did),
+            "rejected": sum(f["rejected"] for f in did),
+            "interval_confidence_selected": did[0]["interval_confidence_selected"]
+            if len(did) == 1 else None,
+            "families": did, "text": text}
+
+
+def pooled_checks(cells: Sequence[Mapping[str, Any]], confidence: float = 0.95
+                  ) -> dict[str, Any]:
+    """The A/A check pooled across a run's cells: a label bias (the control faster or slower
+    than its twin on average; cells are the units, so one noisy cell weighs as one) and a
+    position bias (runs at one place in the round's order faster than their rung's average;
+    runs are the units, Bonferroni over the positions). Each flags; neither hides a result."""
+    means = [float(np.mean(np.log(c["noise_floor"]["control_vs_twin"]["per_round"])))
+             for c in cells
+             if (c.get("noise_floor") or {}).get("control_vs_twin")
+             and len(c["noise_floor"]["control_vs_twin"]["per_round"]) >= 2]
+    out: dict[str, Any] = {"confidence": confidence}
+    if len(means) >= 3:
+        r = ratio_ci([math.exp(x) for x in means], confidence)
+        failed = bool(r.lo is not None and (r.lo > 1 or r.hi < 1))  # type: ignore[operator]
+        out["label"] = {"cells": len(means), "estimate": r.estimate, "ci": [r.lo, r.hi],
+                        "p_value": r.p_value, "passed": not failed,
+                        "text": (f"control/twin over {len(means)} cells: "
+                                 f"{fmt_ratio(r.estimate)} ({round(confidence * 100):g}% CI "
+                                 f"{fmt_ratio(r.lo)}-{fmt_ratio(r.hi)})"  # type: ignore[arg-type]
+                                 + (": a label bias, the run's ratios carry it"
+                                    if failed else ", no label bias"))}
+    else:
+        out["label"] = {"cells": len(means), "passed": None,
+                        "text": f"pooled label check needs 3 cells with a control ({len(means)})"}
+    by_pos: dict[int, list[float]] = defaultdict(list)
+    for c in cells:
+        for k, v in (c.get("positions") or {}).items():
+            by_pos[int(k)] += v
+    rows = []
+    alpha = (1 - confidence) / max(1, len(by_pos))
+    for k in sorted(by_pos):
+        v = np.asarray(by_pos[k])
+        if len(v) < 3:
+            continue
+        se = float(v.std(ddof=1)) / math.sqrt(len(v))
+        lo, hi = (float(math.expm1(v.mean() + s * _tq(1 - alpha, len(v) - 1) * se))
+                  for s in (-1, 1))
+        rows.append({"position": k, "runs": len(v), "effect": float(math.expm1(v.mean())),
+                     "ci": [lo, hi], "flag": lo > 0 or hi < 0})
+    flagged = [r for r in rows if r["flag"]]
+    out["position"] = {"rows": rows, "passed": not flagged if rows else None,
+                       "text": ("position in the round's order: " + ", ".join(
+                           f"{r['position'] + 1}. {r['effect'] * 100:+.1f} %" for r in rows)
+                           + ("; runs at " + ", ".join(str(r["position"] + 1) for r in flagged)
+                              + " differ beyond chance (the shuffled orders spread it as noise)"
+                              if flagged else "; no position effect beyond chance"))
+                       if rows else "no position data"}
+    return out

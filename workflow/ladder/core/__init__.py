@@ -1,0 +1,1 @@
+"""Shared by every layer: errors, atomic files, paths, the machine, running a tool, code identity, parsers."""

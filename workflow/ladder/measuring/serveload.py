@@ -1,0 +1,469 @@
+"""Serving under load: llama-server per rung, driven by ``ladder.loadgen``, rungs taking turns
+within shuffled rounds like the bench (the report's view of it: ``ladder.loadview``).
+
+Per round and rung: one server (``slots`` parallel sequences, the rung's binary, the cell's CPU
+set, read back from /proc), warmed with one request per slot, then each level in turn:
+closed-loop concurrency levels, open-loop Poisson rates, and the agent workload (multi-turn
+conversations on a growing prefix) with prompt caching on and off. Every request's record and the
+server's /metrics samples are kept; the analysis (``ladder.loadview``) reads only those.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from ladder.measuring import loadgen
+from ladder.core import progress
+from ladder.measuring.bench import built_rungs, cell_seed, check_placement, round_orders
+from ladder.core.errors import LadderError
+from ladder.core.io import atomic_write_json, atomic_write_text, read_json
+from ladder.core.machine import cpu_set, host_brief, task_cpus
+from ladder.planning.protocol import run_seed
+from ladder.measuring.server import PortTaken, Server, llama_server
+
+FORMAT = "ladder-serving-load/1"
+METHOD = ("llama-server (--metrics) per rung and round on the cell's CPU set, warmed with one "
+          "request per slot; the client (ladder.loadgen, aiohttp) streams /completion with "
+          "token-ID prompts and times every token on its own clock; TTFT, TPOT, ITL and E2EL "
+          "as vLLM's serving benchmark defines them; closed loop: N clients each sending its "
+          "next request when the last one finished; open loop: Poisson arrivals")
+
+
+def levels(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The levels of one round, in the order they run."""
+    out: list[dict[str, Any]] = [{"level": f"c{c}", "kind": "closed", "concurrency": int(c)}
+                                 for c in cfg["concurrency"]]
+    out += [{"level": f"r{r:g}", "kind": "open", "rate": float(r)} for r in cfg["rates"]]
+    agent = cfg.get("agent") or {}
+    if agent.get("enabled"):
+        out += [{"level": f"agent-{'cache' if c else 'nocache'}", "kind": "agent", "cache": c}
+                for c in (True, False)]
+    if (cfg.get("capacity") or {}).get("enabled"):
+        out.append({"level": "capacity", "kind": "capacity"})
+    return out
+
+
+def _walk(passes: Callable[[int], bool], k0: int, kmin: int, kmax: int, step: int,
+          gallop: bool) -> tuple[int | None, int | None]:
+    """The bracket [lo, hi] on an integer grid where ``passes(lo)`` and not ``passes(hi)``
+    (``lo`` None: even ``kmin`` failed; ``hi`` None: ``kmax`` passed), walking from ``k0``
+    in steps of ``step`` (doubled after each step when ``gallop``), never past the grid's
+    ends, then halving the bracket down to one grid step."""
+    lo: int | None = None
+    hi: int | None = None
+    k = min(max(k0, kmin), kmax)
+    if passes(k):
+        lo = k
+        while hi is None and lo < kmax:
+            k = min(lo + step, kmax)
+            if passes(k):
+                lo = k
+            else:
+                hi = k
+            step *= 2 if gallop else 1
+    else:
+        hi = k
+        while lo is None and hi > kmin:
+            k = max(hi - step, kmin)
+            if passes(k):
+                lo = k
+            else:
+                hi = k
+            step *= 2 if gallop else 1
+    while lo is not None and hi is not None and hi - lo > 1:
+        mid = (lo + hi) // 2
+        if passes(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, hi
+
+
+def _found(lo: float | None, hi: float | None, hint: float | None) -> dict[str, Any]:
+    bound = "bracketed" if lo is not None and hi is not None else (
+        "above" if lo is not None else "below")
+    return {"capacity": lo, "bracket": [lo, hi], "bound": bound, "hint": hint}
+
+
+def search_capacity(attains: Callable[[float], bool], *, start: float, min_rate: float,
+                    max_rate: float, bisect: int, hint: float | None = None) -> dict[str, Any]:
+    """The highest request rate whose probe ``attains(rate)`` (SLO attainment at or above the
+    target), on the grid start x 2^(k / 2^bisect) between the powers of two (times ``start``)
+    nearest inside [min_rate, max_rate]. A first search (``hint`` None) doubles from ``start``
+    (or halves, if ``start`` fails) until one rate passes and the next fails, then bisects that
+    bracket ``bisect`` times (guidellm's and vLLM's SLA sweeps search the same way). A later
+    round starts at ``hint`` (the rung's capacity in its earlier rounds) and walks one grid step,
+    then two, four, ... until the bracket is found, then bisects it: the same grid, so the same
+    resolution, in two probes when the capacity held. The capacity is the highest rate that
+    passed (a lower bound of the round's true capacity); the true one lies below
+    ``bracket[1]``. ``bound``: "bracketed", "below" (even the lowest rate failed: capacity
+    below it) or "above" (the highest passed: capacity at least it)."""
+    m = 2 ** int(bisect)
+    # the ends as before: whole doublings of start inside [min_rate, max_rate]
+    kmin = -m * math.floor(math.log2(start / min_rate) + 1e-9)
+    kmax = m * math.floor(math.log2(max_rate / start) + 1e-9)
+
+    def rate(k: int) -> float:
+        return start * 2 ** (k / m)
+
+    def passes(k: int) -> bool:
+        return attains(rate(k))
+
+    if hint is None:
+        lo, hi = _walk(passes, 0, kmin, kmax, m, gallop=False)
+    else:
+        lo, hi = _walk(passes, round(m * math.log2(hint / start)), kmin, kmax, 1, gallop=True)
+    out = _found(None if lo is None else rate(lo), None if hi is None else rate(hi), hint)
+    out["capacity_rps"] = out.pop("capacity")
+    return out
+
+
+def search_concurrency(attains: Callable[[int], bool], *, max_streams: int,
+                       hint: int | None = None) -> dict[str, Any]:
+    """The most concurrent streams (closed loop: each client sends its next request when its
+    last one finished) whose probe ``attains(n)``: from 1 (or ``hint``, a later round's start)
+    up by 1, 2, 4, ... streams until one fails, then bisected to a single stream (exact, for
+    attainment that falls with load). ``bound`` as ``search_capacity``'s (below: even one
+    stream failed)."""
+    lo, hi = _walk(attains, 1 if hint is None else int(hint), 1, int(max_streams), 1,
+                   gallop=True)
+    out = _found(lo, hi, hint)
+    out["capacity_streams"] = out.pop("capacity")
+    return out
+
+
+def slots_for(cfg: Mapping[str, Any]) -> int:
+    agent = cfg.get("agent") or {}
+    return max([int(c) for c in cfg["concurrency"]]
+               + ([int(agent["conversations"])] if agent.get("enabled") else []) + [1])
+
+
+def ctx_for(cfg: Mapping[str, Any]) -> int:
+    """-c: every slot holds the longest request (llama-server splits -c among slots)."""
+    agent = cfg.get("agent") or {}
+    per = cfg["n_prompt"] + cfg["n_gen"]
+    if agent.get("enabled"):
+        per = max(per, agent["turns"] * (agent["turn_tokens"] + agent["n_gen"]))
+    return slots_for(cfg) * (per + 16)
+
+
+def _body(cfg: Mapping[str, Any], seed: int) -> loadgen.Body:
+    def make(i: int) -> dict[str, Any]:
+        rng = random.Random(cell_seed(seed, f"request/{i}"))
+        return {"prompt": loadgen.prompt_ids(rng, cfg["n_prompt"]), "n_predict": cfg["n_gen"],
+                "ignore_eos": True, "temperature": 0, "cache_prompt": False}
+    return make
+
+
+def run_level(srv: Server, lv: Mapping[str, Any], cfg: Mapping[str, Any], seed: int,
+              decided: Callable[[Sequence[loadgen.Request]], bool] | None = None
+              ) -> tuple[list[loadgen.Request], float, list[dict[str, float]]]:
+    """One level against a running server; its requests, duration and /metrics samples
+    (``decided``: a capacity probe's early end, ``loadgen.open_loop``)."""
+    timeout, max_s = float(cfg["request_timeout_s"]), float(cfg["level_max_s"])
+    body = _body(cfg, cell_seed(seed, lv["level"]))
+    if lv["kind"] == "closed":
+        work = loadgen.closed_loop(srv.url, lv["level"], body, concurrency=lv["concurrency"],
+                                   requests=cfg["requests"], timeout_s=timeout, max_s=max_s,
+                                   decided=decided)
+    elif lv["kind"] == "open":
+        work = loadgen.open_loop(srv.url, lv["level"], body, rate=lv["rate"],
+                                 requests=cfg["requests"], seed=cell_seed(seed, "arrivals"),
+                                 timeout_s=timeout, max_s=max_s,
+                                 burstiness=cfg.get("burstiness", 1.0), decided=decided)
+    else:
+        work = _agent(srv.url, lv, cfg["agent"], seed, timeout)
+    (reqs, duration), seen = loadgen.run(
+        loadgen.with_metrics(srv.url, float(cfg["metrics_every_s"]), work))
+    return reqs, duration, seen
+
+
+async def _agent(url: str, lv: Mapping[str, Any], acfg: Mapping[str, Any], seed: int,
+                 timeout: float) -> tuple[list[loadgen.Request], float]:
+    t0 = time.perf_counter()
+    convs = await asyncio.gather(*(loadgen.conversation(
+        url, lv["level"], conv=c, turns=acfg["turns"], turn_tokens=acfg["turn_tokens"],
+        n_gen=acfg["n_gen"], cache=lv["cache"], slot=c,
+        seed=cell_seed(seed, f"conversation/{c}"), timeout_s=timeout)
+        for c in range(acfg["conversations"])))
+    return [r for conv in convs for r in conv], time.perf_counter() - t0
+
+
+def alive(pid: int) -> bool:
+    """The server process is still running (a zombie, reaped later, is not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def measure_load(*, rungs: Sequence[Mapping[str, Any]], model_meta: str,
+                 settings: Mapping[str, Any], threads: int, rounds: int, seed: int | None,
+                 raw_dir: str, out_json: str, cpus: Any = "auto", own_cpus: int | None = None,
+                 port: int | None = None) -> dict[str, Any]:
+    model = read_json(model_meta)
+    raw = Path(raw_dir)
+    raw.mkdir(parents=True, exist_ok=True)
+    cfg = settings["load"]
+    quant = model["quant"].lower()
+    active, status, bins = built_rungs(rungs, "serving load")
+    by_name = {r["name"]: r for r in rungs}
+    cpu_list = cpu_set(threads, cpus, job_cpus=own_cpus)
+    client_cpus = _client_cpus(cpu_list)
+    cell = f"load/{quant}/t{threads}"
+    seed, seed_source = run_seed(seed)
+    orders = round_orders(active, rounds, seed, cell)
+    plan = levels(cfg)
+    slots, ctx = slots_for(cfg), ctx_for(cfg)
+    brief = host_brief()
+    requests: list[dict[str, Any]] = []
+    level_rows: list[dict[str, Any]] = []
+    warm = bool((cfg.get("capacity") or {}).get("warm_start"))
+    before = os.sched_getaffinity(0)
+    if client_cpus:
+        os.sched_setaffinity(0, client_cpus)
+    try:
+        for rnd, order in enumerate(orders):
+            for pos, name in enumerate(order):
+                if status[name]["status"] != "measured":
+                    continue
+                got = _one_server(
+                    name=name, rung=by_name[name], bin_dir=bins[name], model=model["path"],
+                    cfg=cfg, plan=plan, threads=threads, slots=slots, ctx=ctx, port=port,
+                    cpu_list=cpu_list, seed=cell_seed(seed, f"{cell}/{rnd}"),
+                    stem=raw / f"round{rnd:02d}-{pos:02d}-{name}", status=status[name],
+                    where=f"{cell} {name} round {rnd}",
+                    hints=capacity_hints([r for r in level_rows if r["rung"] == name
+                                          and r["kind"] == "capacity"]) if warm else {})
+                for row in got["levels"]:
+                    row.update(round=rnd, order=pos, rung=name,
+                               build_key=status[name]["build_key"])
+                    level_rows.append(row)
+                for rec in got["requests"]:
+                    rec.update(round=rnd, order=pos, rung=name)
+                    requests.append(rec)
+                progress.step("round", rnd + 1, len(orders), name, got["brief"])
+    finally:
+        os.sched_setaffinity(0, before)
+    if not level_rows:
+        raise LadderError("serving load: no rung's llama-server completed a level: "
+                          + "; ".join(f"{n}: {st['reason']}" for n, st in status.items()))
+    doc = {"format": FORMAT, "experiment": "load", "quant": quant, "threads": threads,
+           "rounds": rounds, "seed": seed, "seed_source": seed_source, "orders": orders,
+           "spec": dict(cfg),
+           "levels_planned": plan, "slots": slots, "ctx": ctx,
+           "cpus": ",".join(map(str, cpu_list)) if cpu_list else None,
+           "client_cpus": ",".join(map(str, client_cpus)) if client_cpus else None,
+           "host": brief, "rungs": status, "levels": level_rows, "requests": requests,
+           "method": METHOD}
+    atomic_write_json(out_json, doc)
+    return doc
+
+
+def _client_cpus(server_cpus: Sequence[int] | None) -> list[int] | None:
+    """The load generator runs beside the server's CPUs where the host has others (on a host
+    with no spare CPU it shares them, as any client on that host would)."""
+    if not server_cpus:
+        return None
+    rest = sorted(set(os.sched_getaffinity(0)) - set(server_cpus))
+    return rest or None
+
+
+def _one_server(*, name: str, rung: Mapping[str, Any], bin_dir: str, model: str,
+                cfg: Mapping[str, Any], plan: Sequence[Mapping[str, Any]], threads: int,
+                slots: int, ctx: int, port: int | None, cpu_list: list[int] | None, seed: int,
+                stem: Path, status: dict[str, Any], where: str,
+                hints: Mapping[str, Any]) -> dict[str, Any]:
+    """One rung's server for one round: every level, every request kept; a server that does
+    not start or dies is this rung's status, never the run's (a taken port is the machine's)."""
+    log = f"{stem}.server.log"
+    rows: list[dict[str, Any]] = []
+    recs: list[dict[str, Any]] = []
+    metrics_seen: dict[str, Any] = {}
+    brief = "no level"
+    try:
+        with llama_server(bin_dir, model, threads=threads, ctx=ctx, log=log, port=port,
+                          env=rung["env"], slots=slots, cpus=cpu_list,
+                          args=[*rung["common_argv"], "--metrics", *cfg.get("server_args", [])],
+                          ready_timeout_s=cfg["ready_timeout_s"]) as srv:
+            warm = {**cfg, "requests": slots, "n_gen": min(2, cfg["n_gen"])}
+            wreqs, _, _ = run_level(srv, {"level": "warmup", "kind": "closed",
+                                          "concurrency": slots}, warm, seed)
+            if any(r.status != "ok" for r in wreqs):
+                raise LadderError("warmup failed: " + "; ".join(
+                    str(r.error) for r in wreqs if r.status != "ok"))
+            seen = sorted({c for cs in task_cpus(srv.pid).values() for c in cs})
+            check_placement(seen or None, cpu_list, where)
+            # the levels in a fresh order per round, the same for every rung of the round (its
+            # seed): a level run early or late (a warmer server, an agent level after its twin)
+            # is no longer always the same level
+            order = list(plan)
+            random.Random(seed).shuffle(order)
+            for i, lv in enumerate(order):
+                if lv["kind"] == "capacity":
+                    row, records = _capacity(srv, lv, cfg, seed, metrics_seen, hints)
+                    rows.append({**row, "position": i, "cpus_seen": seen})
+                    recs += records
+                    if not alive(srv.pid):
+                        raise LadderError("llama-server died during the capacity search")
+                    continue
+                reqs, duration, mseen = run_level(srv, lv, cfg, seed)
+                records = [r.record() for r in reqs]
+                summary = loadgen.summarize(records, duration, cfg["limits"])
+                metrics_seen[lv["level"]] = mseen
+                rows.append({**lv, "position": i, "duration_s": duration, "summary": summary,
+                             "server_metrics": loadgen.metrics_brief(mseen),
+                             "cpus_seen": seen})
+                recs += records
+                if not alive(srv.pid):
+                    skipped = [x["level"] for x in order[i + 1:]]
+                    raise LadderError(f"llama-server died during level {lv['level']} "
+                                      f"({summary['failed'] + summary['timeout']} of "
+                                      f"{summary['requests']} requests failed)"
+                                      + (f"; not run: {', '.join(skipped)}" if skipped else ""))
+            brief = ", ".join(
+                f"{r['level']} p99 TTFT {_ms(r['summary']['ttft_p99_ms'])}"
+                if r["kind"] != "capacity" else f"capacity {_rps(r)}"
+                for r in rows if r["kind"] != "agent")
+    except PortTaken:
+        raise
+    except LadderError as exc:
+        status.update(status="crashed" if rows else "failed", reason=str(exc), raw=log)
+        brief = f"failed: {exc}"
+    atomic_write_text(f"{stem}.json", json.dumps(
+        {"levels": rows, "requests": recs, "metrics": metrics_seen}, indent=1, default=str))
+    return {"levels": rows, "requests": recs, "brief": brief}
+
+
+def _capacity(srv: Server, lv: Mapping[str, Any], cfg: Mapping[str, Any], seed: int,
+              metrics_seen: dict[str, Any], hints: Mapping[str, Any]
+              ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """This round's capacity searches on a running server: the request rate
+    (``search_capacity``; every probe an open-loop level at its rate, the load's arrivals and
+    burstiness) and, with ``capacity.max_streams``, the concurrent streams
+    (``search_concurrency``; every probe a closed-loop level of that many clients). A probe
+    passes when the share of its requests within every limit of ``load.limits`` reaches
+    ``capacity.target``; ``hints``: this rung's capacities in its earlier rounds, where a later
+    round's search starts (``capacity.warm_start``). Every probe's summary and requests are
+    kept."""
+    cap = cfg["capacity"]
+    records: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+
+    def probe(level: dict[str, Any], n: int, probes: list[dict[str, Any]]) -> bool:
+        # a probe passes with at most this many requests outside the limits; one more
+        # decides it
+        allowed = n - math.ceil(float(cap["target"]) * n - 1e-9)
+        missed: dict[int, bool] = {}  # each finished request judged once, as it finishes
+
+        def decided(reqs: Sequence[loadgen.Request]) -> bool:
+            for r in reqs:
+                if r.index not in missed and r.status not in ("pending", "not sent"):
+                    missed[r.index] = not loadgen.meets(
+                        {"status": r.status, **loadgen.metrics(r)}, cfg["limits"])
+            return sum(missed.values()) > allowed
+
+        reqs, duration, mseen = run_level(srv, level, {**cfg, "requests": n}, seed, decided)
+        recs = [r.record() for r in reqs]
+        summary = loadgen.summarize(recs, duration, cfg["limits"])
+        metrics_seen[level["level"]] = mseen
+        records.extend(recs)
+        sent = summary["requests"] - summary["not_sent"]
+        passed = summary["good"] >= n - allowed
+        probes.append({**{k: level[k] for k in ("rate", "concurrency") if k in level},
+                       "level": level["level"], "requests": summary["requests"],
+                       "sent": sent, "good": summary["good"],
+                       # over the requests sent: a probe ended once it could no longer pass
+                       "attainment": summary["good"] / sent if sent else 0.0, "passed": passed,
+                       "duration_s": duration,
+                       "achieved_rate_rps": summary["achieved_rate_rps"],
+                       "requests_per_s": summary["requests_per_s"],
+                       "output_tokens_per_s": summary["output_tokens_per_s"],
+                       "send_lag_p99_ms": summary["send_lag_p99_ms"],
+                       "ttft_p99_ms": summary["ttft_p99_ms"],
+                       "tpot_p99_ms": summary["tpot_p99_ms"]})
+        if not alive(srv.pid):
+            raise LadderError(f"llama-server died during the capacity probe {level['level']}")
+        return passed
+
+    rate_probes: list[dict[str, Any]] = []
+
+    def at_rate(rate: float) -> bool:
+        # long enough to be sustained: a short burst is absorbed by any queue, so a probe
+        # offers its rate for at least probe_s seconds (and at least `requests` requests)
+        n = probe_requests(rate, int(cap["requests"]), float(cap["probe_s"]))
+        return probe({"level": f"capacity@{rate:.4g}", "kind": "open", "rate": rate}, n,
+                     rate_probes)
+
+    found = search_capacity(at_rate, start=float(cap["start_rps"]),
+                            min_rate=float(cap["min_rps"]), max_rate=float(cap["max_rps"]),
+                            bisect=int(cap["bisect"]), hint=hints.get("rate"))
+    row = {**lv, "duration_s": time.perf_counter() - t0, "summary": {},
+           "server_metrics": {}, "capacity": {**found, "target": cap["target"],
+                                              "probes": rate_probes}}
+    if int(cap.get("max_streams") or 0) > 0:
+        t1 = time.perf_counter()
+        stream_probes: list[dict[str, Any]] = []
+
+        def at_streams(n: int) -> bool:
+            # every client sends `waves` requests in turn: the first wave arrives at once,
+            # the later ones see the queue a steady load of n streams keeps
+            return probe({"level": f"capacity@c{n}", "kind": "closed", "concurrency": n},
+                         max(int(cap["requests"]), int(cap["waves"]) * n), stream_probes)
+
+        streams = search_concurrency(at_streams, max_streams=int(cap["max_streams"]),
+                                     hint=hints.get("concurrency"))
+        row["concurrency"] = {**streams, "target": cap["target"], "probes": stream_probes,
+                              "duration_s": time.perf_counter() - t1}
+        row["duration_s"] = time.perf_counter() - t0
+    return row, records
+
+
+def capacity_hints(found: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Where a rung's next capacity searches start (``capacity.warm_start``): the median of its
+    earlier rounds' capacities (a round outside the search counts as the end it reached)."""
+    out: dict[str, Any] = {}
+    for dim, key, value in (("rate", "capacity", "capacity_rps"),
+                            ("concurrency", "concurrency", "capacity_streams")):
+        vals = [f[key][value] if f[key][value] is not None else f[key]["bracket"][1]
+                for f in found if f.get(key)]
+        vals = [v for v in vals if v is not None]
+        if vals:
+            mid = float(statistics.median(vals))
+            out[dim] = int(round(mid)) if dim == "concurrency" else mid
+    return out
+
+
+def probe_requests(rate: float, least: int, seconds: float) -> int:
+    """A capacity probe's requests: its arrivals span at least ``seconds`` at ``rate`` (the
+    sends span (n - 1) / rate), and at least ``least`` of them."""
+    return max(int(least), math.ceil(rate * float(seconds)) + 1)
+
+
+def _rps(row: Mapping[str, Any]) -> str:
+    """A capacity row in brief: "6.73/s (< 8)", "< 0.125/s", and its streams when searched."""
+    out = []
+    for key, unit in (("capacity", "/s"), ("concurrency", " streams")):
+        found = row.get(key)
+        if not found:
+            continue
+        lo, hi = found["bracket"]
+        out.append(f"< {hi:.3g}{unit}" if found["bound"] == "below" else
+                   f">= {lo:.3g}{unit}" if found["bound"] == "above" else
+                   f"{lo:.3g}{unit} (< {hi:.3g})")
+    return ", ".join(out)
+
+
+def _ms(v: float | str | None) -> str:
+    if v is None:
+        return "-"
+    return v if isinstance(v, str) else f"{v:.0f} ms"

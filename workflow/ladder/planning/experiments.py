@@ -1,0 +1,90 @@
+"""The serving experiments' definitions and points: what the plan, the rules, the figures and
+the report share (no measurement code: planning a run never imports it).
+
+* llama-bench points (one job per point): ``context`` (prefill at growing prompt lengths, decode
+  at growing depth), ``kv_cache`` (cache types, flash attention on), ``ubatch`` (-ub sizes) and
+  ``toggle`` (one binary with its mechanism on vs off, per thread count);
+* llama-server experiments (``ladder.serving``, ``ladder.serveload``): ``prefix_cache``,
+  ``load``; and llama-batched-bench's ``concurrency``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ladder.core.errors import LadderError
+
+# The llama-bench experiments, each described once: its report title and its figures' x axis
+# per phase (the rules, the report, the templates and the figures read this table).
+EXPERIMENTS: dict[str, dict[str, Any]] = {
+    "context": {"title": "Context length: prefill at growing prompts, decode at depth",
+                "axes": {"prefill": "prompt tokens", "decode": "context depth (tokens)"}},
+    "kv_cache": {"title": "KV-cache type (flash attention on), on each rung against its first type",
+                 "axes": {"prefill": "KV cache type (flash attention on)",
+                          "decode": "KV cache type (flash attention on)"},
+                 "lever": True},
+    "ubatch": {"title": "Micro-batch size (-ub), on each rung against the default",
+               "axes": {"prefill": "micro-batch (-ub)"}, "lever": True},
+    "toggle": {"title": "Vendor/repack toggle across thread counts",
+               "axes": {"prefill": "threads", "decode": "threads"}},
+}
+BENCH_EXPERIMENTS = tuple(EXPERIMENTS)
+# a lever is judged on one rung at a time: its settings against its baseline setting
+LEVERS = tuple(e for e, spec in EXPERIMENTS.items() if spec.get("lever"))
+
+
+
+# --- the points of the llama-bench experiments ---------------------------------------------------
+def bench_points(cfg: Mapping[str, Any], threads_all: int) -> list[dict[str, Any]]:
+    """Every llama-bench point: experiment, point name, workload spec, thread count."""
+    pts: list[dict[str, Any]] = []
+
+    def add(exp: str, name: str, spec: dict[str, Any], threads: int, x: Any, **extra: Any) -> None:
+        pts.append({"experiment": exp, "point": name, "spec": spec, "threads": threads,
+                    "x": x, **extra})
+
+    c = cfg.get("context") or {}
+    if c.get("enabled"):
+        for p in c["prompts"]:
+            add("context", f"pp{p}", {"n_prompt": p, "n_gen": 0}, threads_all, p, phase="prefill")
+        for d in c["depths"]:
+            add("context", f"tg{c['n_gen']}_d{d}", {"n_prompt": 0, "n_gen": c["n_gen"],
+                                                     "n_depth": d}, threads_all, d, phase="decode")
+    # levers: one point per workload, expanded per lever rung by the plan (Plan.serving_points):
+    # the lever's settings are interleaved inside one job on that rung and judged against the
+    # lever's baseline setting, whose second label gives the point its own noise floor
+    k = cfg.get("kv_cache") or {}
+    if k.get("enabled"):
+        settings = {t: ["-ctk", t, "-ctv", t, "-fa", "1"] for t in k["types"]}
+        add("kv_cache", f"pp{k['n_prompt']}", {"n_prompt": k["n_prompt"], "n_gen": 0},
+            threads_all, f"pp{k['n_prompt']}", phase="prefill",
+            lever={"baseline": k["types"][0], "settings": settings})
+        if k["n_gen"]:
+            add("kv_cache", f"tg{k['n_gen']}_d{k['depth']}",
+                {"n_prompt": 0, "n_gen": k["n_gen"], "n_depth": k["depth"]}, threads_all,
+                f"tg{k['n_gen']}_d{k['depth']}", phase="decode",
+                lever={"baseline": k["types"][0], "settings": settings})
+    u = cfg.get("ubatch") or {}
+    if u.get("enabled"):
+        settings = {"ub_default": [], **{f"ub{n}": ["-ub", str(n)] for n in u["sizes"]}}
+        add("ubatch", f"pp{u['n_prompt']}", {"n_prompt": u["n_prompt"], "n_gen": 0},
+            threads_all, f"pp{u['n_prompt']}", phase="prefill",
+            lever={"baseline": "ub_default", "settings": settings})
+    t = cfg.get("toggle") or {}
+    if t.get("enabled"):
+        spec = {"n_prompt": t["n_prompt"], "n_gen": t["n_gen"]}
+        if bool(spec["n_prompt"]) == bool(spec["n_gen"]):
+            raise LadderError("serving.toggle: give n_prompt or n_gen (one phase), not both")
+        name = f"pp{spec['n_prompt']}" if spec["n_prompt"] else f"tg{spec['n_gen']}"
+        seen = []
+        for th in t["threads"]:
+            n = threads_all if th == "all" else int(th)
+            if n not in seen:
+                seen.append(n)
+                add("toggle", name, spec, n, n,
+                    phase="prefill" if spec["n_prompt"] else "decode")
+    return pts
+
+
+def toggle_variant(cfg: Mapping[str, Any], arch: str) -> dict[str, Any] | None:
+    return ((cfg.get("toggle") or {}).get("variants") or {}).get(arch)

@@ -1,0 +1,405 @@
+"""Find the commit that moved one cell: ``ladder bisect`` (asv's ``find``, judged by ladder's rule).
+
+    ladder bisect --repo URL --good SHA --bad SHA --rung NAME --quant Q --workload W --threads N
+                  [-d DIR] [--configfile F ...] [--config KEY=VALUE ...]
+
+Between two commits of one git history, for one cell (quant x workload x threads) and one rung's
+recipe: the two ends are measured first, interleaved, as a ladder of their own (good, bad, and
+the good build again under the control's label: the A/A check). When the ends differ (a call of
+ladder's own rule: the paired test significant and the estimate beyond the phase's threshold),
+each probe, the commit half way along the first-parent path between the current bracket's ends,
+is built and measured interleaved with both ends (good, probe, bad), and placed by its own two
+verdicts:
+
+- **good side**: the probe differs from the bad end in the ends' direction, and not from the good
+  end (the step is after it);
+- **bad side**: the probe differs from the good end in that direction, and not from the bad end;
+- **between**: it differs from both in that direction: the change is spread over more than one
+  commit ("no single step");
+- **unplaced**: neither difference is called (or they disagree in direction): the cell cannot
+  place it at these rounds; the bisection stops there and says so.
+
+It ends with the first commit on the far side of the step (its ratio over the good end and the
+interval, from the cell that measured it) and a trace of every probe. Each step is a Snakemake
+run of the ordinary workflow in its own folder (``DIR/bisect/<id>/<probe>``) on the shared
+resources dir: every probe's source and build are content-addressed (a rerun or a second
+bisection over the same commits builds nothing again; ccache compiles only the files that
+differ between commits), and a finished step is not measured again. Each step's three
+comparisons are one Benjamini-Hochberg family; the walk's decisions are sequential, so the
+trace keeps every verdict it rests on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+from ladder.core import paths
+from ladder.analysis import stats
+from ladder.core.errors import LadderError
+from ladder.preparing.build import ccache_hits
+from ladder.core.io import atomic_write_json, atomic_write_text, read_json
+from ladder.core.machine import host_arch
+from ladder.planning.targets import load_config
+
+ROOT = Path(__file__).resolve().parents[3]
+HOST = "local"
+FORMAT = "ladder-bisect/1"
+
+
+@dataclass(frozen=True)
+class Commit:
+    sha: str
+    subject: str
+
+    @property
+    def name(self) -> str:  # a rung name (paths, wildcards): c_ + 10 hex
+        return f"c_{self.sha[:10]}"
+
+
+def _git(repo: Path | None, *args: str) -> str:
+    argv = ["git", *(["-C", str(repo)] if repo else []), *args]
+    res = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise LadderError(f"git {' '.join(args)}: {res.stderr.strip()[-400:]}")
+    return res.stdout.strip()
+
+
+def mirror(url: str, resources: Path) -> Path:
+    """A bare mirror of ``url`` under the resources dir (fetched again on every bisection)."""
+    dest = resources / "bisect" / "repos" / (hashlib.sha256(url.encode()).hexdigest()[:16] + ".git")
+    if dest.is_dir():
+        _git(dest, "remote", "update", "--prune")
+    else:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        _git(None, "clone", "-q", "--mirror", url, str(dest))
+    return dest
+
+
+def commits_between(repo: Path, good: str, bad: str) -> list[Commit]:
+    """The good commit, then every commit on the first-parent path up to the bad one."""
+    ends = []
+    for flag, ref in (("--good", good), ("--bad", bad)):
+        try:
+            ends.append(_git(repo, "rev-parse", "--verify", "-q", f"{ref}^{{commit}}"))
+        except LadderError:
+            raise LadderError(f"{flag} {ref}: not a commit of the repository") from None
+    g, b = ends
+    if g == b:
+        raise LadderError(f"--good and --bad are the same commit ({g[:12]})")
+    res = subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", g, b],
+                         capture_output=True, check=False)
+    if res.returncode != 0:
+        raise LadderError(f"--good {good} is not an ancestor of --bad {bad}: nothing to bisect")
+    out = _git(repo, "log", "--first-parent", "--reverse", "--format=%H %s", f"{g}..{b}")
+    path = [Commit(*line.split(" ", 1)) if " " in line else Commit(line, "")
+            for line in out.splitlines()]
+    if not path or path[-1].sha != b:
+        raise LadderError(f"--bad {bad} is not on the first-parent path from --good {good}")
+    return [Commit(g, _git(repo, "log", "-1", "--format=%s", g)), *path]
+
+
+def probe_rung(template: Mapping[str, Any], commit: Commit, url: str,
+               subdirectory: str) -> dict[str, Any]:
+    """The template rung's recipe on ``commit``'s tree."""
+    rung = {k: v for k, v in template.items() if k not in ("name", "label", "source", "patches")}
+    source: dict[str, Any] = {"kind": "git", "url": url, "commit": commit.sha}
+    if subdirectory:
+        source["subdirectory"] = subdirectory
+    return {**rung, "name": commit.name,
+            "label": f"{template['name']} @ {commit.sha[:10]} {commit.subject[:50]}".strip(),
+            "source": source}
+
+
+def step_overlay(config: Mapping[str, Any], arch: str, rungs: Sequence[Mapping[str, Any]],
+                 quant: str, workload: str, threads: int, resources: Path) -> dict[str, Any]:
+    """The step's config, over the user's: its rungs (the first one's build again as the
+    control), this host only, the one cell, nothing else switched on."""
+    serving = {k: {"enabled": False} for k, v in (config.get("serving") or {}).items()
+               if isinstance(v, dict) and "enabled" in v}
+    workloads = {w: None for w in config["measure"]["workloads"] if w != workload}
+    workloads[workload] = config["measure"]["workloads"][workload]
+    return {
+        "ladder": arch, "resources_dir": str(resources),
+        "ladders": {arch: {"rungs": [dict(r) for r in rungs],
+                           "control": {"name": "control", "twin": rungs[0]["name"]}}},
+        "hosts": [{"name": HOST}],
+        "measure": {"quants": [quant], "threads": [threads], "workloads": workloads},
+        "serving": serving,
+    }
+
+
+def cell_path(config: Mapping[str, Any], quant: str, workload: str, threads: int) -> str:
+    models = list(config["models"])
+    return paths.result("bench", host=HOST, model=models[0], quant=quant.lower(),
+                        workload=workload, threads=threads)
+
+
+def judge(doc: Mapping[str, Any], order: Sequence[str], config: Mapping[str, Any]
+          ) -> dict[str, Any]:
+    """The step's cell summarized by ladder's rule (its comparisons one BH family)."""
+    cfg = config["stats"]
+    cell = stats.summarize_cell(doc, list(order), "control", order[0],
+                                confidence=cfg["confidence"],
+                                resamples=cfg["bootstrap_resamples"], seed=cfg["seed"],
+                                thresholds=cfg.get("threshold"))
+    stats.fdr_adjust([cell], cfg["confidence"])
+    return cell
+
+
+def comparison(cell: Mapping[str, Any], base: str, rung: str) -> dict[str, Any]:
+    for comp in [*cell["steps"], *cell["vs_floor"]]:
+        if comp["base"] == base and comp["rung"] == rung:
+            return comp
+    raise LadderError(f"the cell has no comparison of {rung} over {base}")
+
+
+def brief(comp: Mapping[str, Any]) -> dict[str, Any]:
+    r, v = comp["ratio"], comp["verdict"]
+    return {"call": v["call"], "estimate": r["estimate"], "lo": r["lo"], "hi": r["hi"],
+            "rounds": r["n"], "text": v["text"]}
+
+
+def place(vs_good: Mapping[str, Any], to_bad: Mapping[str, Any], direction: str) -> str:
+    """Where a probe sits, from its call over the good end and the bad end's call over it."""
+    a, b = vs_good["call"], to_bad["call"]
+    if b == direction and a not in stats.CALLS:
+        return "good side"
+    if a == direction and b not in stats.CALLS:
+        return "bad side"
+    if a == direction and b == direction:
+        return "between"
+    return "unplaced"
+
+
+class Bisection:
+    def __init__(self, args: argparse.Namespace, config: dict[str, Any], workdir: Path):
+        self.args, self.config, self.workdir = args, config, workdir
+        self.arch = config["ladder"] if config["ladder"] != "auto" else host_arch()
+        rungs = {r["name"]: r for r in config["ladders"][self.arch]["rungs"]}
+        if args.rung not in rungs:
+            raise LadderError(f"--rung {args.rung}: not a rung of ladder {self.arch} "
+                              f"({', '.join(rungs)})")
+        self.template = rungs[args.rung]
+        workloads = config["measure"]["workloads"]
+        if not workloads.get(args.workload):
+            raise LadderError(f"--workload {args.workload}: not in measure.workloads "
+                              f"({', '.join(w for w, s in workloads.items() if s)})")
+        res = Path(config["resources_dir"])
+        self.resources = (res if res.is_absolute() else workdir / res).resolve()
+        self.repo = mirror(args.repo, self.resources)
+        self.commits = commits_between(self.repo, args.good, args.bad)
+        ident = json.dumps([args.repo, args.subdirectory, self.commits[0].sha,
+                            self.commits[-1].sha, self.template, args.quant, args.workload,
+                            args.threads], sort_keys=True)
+        self.id = hashlib.sha256(ident.encode()).hexdigest()[:12]
+        self.dir = workdir / "bisect" / self.id
+        self.steps: list[dict[str, Any]] = []
+
+    def rung(self, c: Commit) -> dict[str, Any]:
+        return probe_rung(self.template, c, self.args.repo, self.args.subdirectory)
+
+    def measure(self, label: str, commits: Sequence[Commit]) -> dict[str, Any]:
+        """One step: its own Snakemake run of the workflow, the cell judged."""
+        step_dir = self.dir / label
+        step_dir.mkdir(parents=True, exist_ok=True)
+        overlay = step_dir / "step.yaml"
+        atomic_write_text(str(overlay), yaml.safe_dump(step_overlay(
+            self.config, self.arch, [self.rung(c) for c in commits], self.args.quant,
+            self.args.workload, self.args.threads, self.resources), sort_keys=False))
+        target = cell_path(self.config, self.args.quant, self.args.workload, self.args.threads)
+        argv = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"),
+                "--profile", str(ROOT / "profiles" / "default"), "-d", str(step_dir),
+                "--configfile", str(ROOT / "config" / "config.yaml"), *self.args.configfile,
+                str(overlay), "--config", *self.overrides(), "--cores", str(self.args.cores),
+                "--quiet", "rules", "--", target]
+        print(f"ladder bisect: {label}: {', '.join(c.sha[:10] for c in commits)}",
+              file=sys.stderr, flush=True)
+        t0 = time.monotonic()
+        with open(step_dir / "snakemake.log", "w") as log:
+            res = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                 check=False)
+        wall = time.monotonic() - t0
+        if res.returncode != 0:
+            raise LadderError(f"step {label}: the workflow failed (exit {res.returncode}); "
+                              f"see {step_dir / 'snakemake.log'}")
+        doc = read_json(str(step_dir / target))
+        broken = {n: e.get("reason") or e.get("status")
+                  for n, e in (doc.get("rungs") or {}).items() if e.get("status") != "measured"}
+        cell = judge(doc, [c.name for c in commits], self.config)
+        return {"label": label, "commits": [c.sha for c in commits], "wall_s": round(wall, 1),
+                "cell": str(step_dir / target), "builds": self.builds(doc),
+                "cell_summary": cell, "not_measured": broken}
+
+    def overrides(self) -> list[str]:
+        """The user's --config values, the shared resources dir last (a step runs elsewhere)."""
+        mine = [c for c in self.args.config if c.partition("=")[0] != "resources_dir"]
+        return [*mine, f"resources_dir={self.resources}"]
+
+    def builds(self, doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """What each rung's build cost this step (a build made before: its first cost)."""
+        builds_dir = Path(self.config.get("builds_dir") or self.resources / "builds")
+        out = []
+        for name, entry in (doc.get("rungs") or {}).items():
+            prov = builds_dir / str(entry.get("build_key")) / "provenance.json"
+            if prov.is_file():
+                p = read_json(str(prov))
+                hits, misses = ccache_hits(p.get("ccache") or {})
+                out.append({"rung": name, "build_key": p.get("build_key"),
+                            "status": p.get("status"), "build_wall_s": p.get("build_wall_s"),
+                            "ccache_hits": hits, "ccache_misses": misses})
+        return out
+
+    def run(self) -> dict[str, Any]:
+        cs = self.commits
+        good, bad = cs[0], cs[-1]
+        ends = self.measure("ends", [good, bad])
+        self.steps.append(ends)
+        doc: dict[str, Any] = {
+            "format": FORMAT, "id": self.id, "repo": self.args.repo,
+            "cell": {"rung": self.args.rung, "quant": self.args.quant,
+                     "workload": self.args.workload, "threads": self.args.threads},
+            "commits": [{"sha": c.sha, "subject": c.subject} for c in cs],
+            "good": good.sha, "bad": bad.sha, "ends": None, "steps": self.steps}
+        if ends["not_measured"]:
+            doc.update(result="not measured", text=f"the ends were not both measured: "
+                                                    f"{failed_text(ends['not_measured'])}")
+            return doc
+        step = brief(comparison(ends["cell_summary"], good.name, bad.name))
+        ends["bad_vs_good"] = doc["ends"] = step
+        if step["call"] not in stats.CALLS:
+            doc.update(result="no step", text=f"no step between the ends: {step['text']}")
+            return doc
+        direction = step["call"]
+        lo, hi = 0, len(cs) - 1
+        far: dict[str, Any] = {"commit": bad.sha, "vs_good": step, "measured_in": "ends"}
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            p = cs[mid]
+            s = self.measure(f"probe-{mid:03d}-{p.sha[:10]}", [good, p, bad])
+            if s["not_measured"]:  # a probe that does not build or crashes: named, not guessed
+                self.steps.append({**s, "probe": p.sha, "index": mid, "side": "not measured"})
+                doc.update(result="not measured", bracket=[cs[lo].sha, cs[hi].sha],
+                           text=f"stopped at {p.sha[:10]}: {failed_text(s['not_measured'])}")
+                return doc
+            vs_good = brief(comparison(s["cell_summary"], good.name, p.name))
+            to_bad = brief(comparison(s["cell_summary"], p.name, bad.name))
+            side = place(vs_good, to_bad, direction)
+            s.update(probe=p.sha, index=mid, vs_good=vs_good, bad_vs_probe=to_bad, side=side)
+            self.steps.append(s)
+            if side == "good side":
+                lo = mid
+            elif side == "bad side":
+                hi = mid
+                far = {"commit": p.sha, "vs_good": vs_good, "measured_in": s["label"]}
+            else:
+                why = ("the change is spread: this probe differs from both ends"
+                       if side == "between" else
+                       "this probe could not be placed at these rounds: neither difference "
+                       "was called")
+                doc.update(result="no single step", bracket=[cs[lo].sha, cs[hi].sha],
+                           text=f"no single step: {why} ({p.sha[:10]}: over good "
+                                f"{vs_good['text']}; bad over it {to_bad['text']})")
+                return doc
+        c = cs[hi]
+        doc.update(result="step", first_bad=c.sha, first_bad_subject=c.subject,
+                   last_good=cs[lo].sha, far_side=far,
+                   text=f"first commit on the far side: {c.sha[:12]} \"{c.subject}\" "
+                        f"({far['vs_good']['text']} over the good end, measured in "
+                        f"{far['measured_in']}); the last on the good side: {cs[lo].sha[:12]}")
+        return doc
+
+
+def failed_text(broken: Mapping[str, Any]) -> str:
+    return "; ".join(f"{name} {why}" for name, why in broken.items())
+
+
+def render(doc: Mapping[str, Any]) -> str:
+    def ratio(b: Mapping[str, Any] | None) -> str:
+        if not b or b.get("estimate") is None or b.get("lo") is None:
+            return "-"
+        return f"{b['estimate']:.3f}x ({b['lo']:.3f}-{b['hi']:.3f})"
+
+    def call(b: Mapping[str, Any] | None) -> str:
+        return b["call"] if b else "-"
+
+    c = doc["cell"]
+    ends = doc.get("ends")
+    lines = [f"# ladder bisect {doc['id']}: {c['rung']} {c['quant']} {c['workload']} "
+             f"t{c['threads']}", "",
+             f"{len(doc['commits'])} commits from {doc['good'][:12]} (good) to "
+             f"{doc['bad'][:12]} (bad), first-parent" + (
+                 f"; the ends: bad over good {ends['text']}." if ends else "."), "",
+             "| step | commit | subject | over good (95 % CI) | over good | bad over it | "
+             "placed | wall s |", "|---|---|---|---|---|---|---|---:|"]
+    subjects = {x["sha"]: x["subject"] for x in doc["commits"]}
+    for s in doc["steps"]:
+        if s["label"] == "ends":
+            lines.append(f"| ends | {doc['bad'][:10]} | {subjects[doc['bad']][:40]} | "
+                         f"{ratio(ends)} | {call(ends)} | - | - | {s['wall_s']} |")
+            continue
+        lines.append(f"| {s['label']} | {s['probe'][:10]} | {subjects[s['probe']][:40]} | "
+                     f"{ratio(s.get('vs_good'))} | {call(s.get('vs_good'))} | "
+                     f"{call(s.get('bad_vs_probe'))} | {s['side']} | {s['wall_s']} |")
+    builds = [b for s in doc["steps"] for b in s.get("builds") or []]
+    seen: dict[str, Mapping[str, Any]] = {}
+    for b in builds:
+        seen.setdefault(str(b["build_key"]), b)
+    lines += ["", f"**{doc['result']}**: {doc['text']}", "",
+              f"{len(doc['steps'])} cells measured; {len(seen)} builds, "
+              f"{sum(float(b.get('build_wall_s') or 0) for b in seen.values()):.0f} s of "
+              f"compiling ({sum(int(b['ccache_misses']) for b in seen.values())} compiler-cache "
+              f"misses, {sum(int(b['ccache_hits']) for b in seen.values())} hits); each step's "
+              "comparisons are one Benjamini-Hochberg family.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="ladder bisect", description=__doc__.splitlines()[0])
+    ap.add_argument("--repo", required=True, help="the git repository (any URL git clones)")
+    ap.add_argument("--good", required=True, help="the commit on the good side (any ref)")
+    ap.add_argument("--bad", required=True, help="the commit on the bad side, a descendant")
+    ap.add_argument("--subdirectory", default="", help="the llama.cpp tree inside the repo")
+    ap.add_argument("--rung", required=True, help="the rung whose recipe every probe is built on")
+    ap.add_argument("--quant", required=True)
+    ap.add_argument("--workload", required=True, help="a measure.workloads entry")
+    ap.add_argument("--threads", required=True, type=int)
+    ap.add_argument("-d", "--directory", default=".", help="the work dir (as snakemake's -d)")
+    ap.add_argument("--configfile", nargs="+", action="extend", default=[])
+    ap.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--cores", default="all")
+    args = ap.parse_args(argv)
+    workdir = Path(args.directory).resolve()
+    try:
+        here = os.getcwd()
+        os.chdir(ROOT)  # config/config.yaml, as snakemake reads it
+        try:
+            config = load_config([str(Path(here, f)) for f in args.configfile], args.config)
+        finally:
+            os.chdir(here)
+        args.configfile = [str(Path(here, f)) for f in args.configfile]
+        b = Bisection(args, config, workdir)
+        doc = b.run()
+    except LadderError as exc:
+        print(f"ladder bisect: {exc}", file=sys.stderr)
+        return 1
+    b.dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(str(b.dir / "bisect.json"), doc)
+    text = render(doc)
+    atomic_write_text(str(b.dir / "bisect.md"), text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

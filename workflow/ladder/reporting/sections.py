@@ -1,0 +1,84 @@
+"""The report's sections, registered once (issue 32, item 4).
+
+The core of a host's report is the ladder: its rungs, bench cells, evidence, quality drift,
+dispatch ledger and bandwidth, from which every step's verdict and credit are built. A section
+adds a block of its own beside that core. Each is named once, here, and then:
+
+- common.smk's ``report_inputs`` asks the section's input function, ``<key>_files(wildcards)``
+  in common.smk, for the host_report rule's named inputs it lists in ``inputs``;
+- the adapter (scripts/report.py) hands every named input over as it is, and
+  ``report.build_doc`` calls the section's ``build`` ("module:function", imported when a
+  report is built; building the plan never imports it) with a :class:`SectionContext`; the value goes
+  under ``key`` in the report JSON (None: the section is off);
+- ``render.validate`` checks that value against ``workflow/schemas/sections/<key>.schema.yaml``
+  (merged into report.schema.yaml's properties), and the report templates include
+  ``workflow/templates/sections/<key>.md.j2`` and ``.html.j2`` at the section's ``slot``;
+- ``figures.draw_all`` calls ``figures`` ("module:function", or None) for its PNGs, kept under
+  ``key`` in the figures the templates see.
+
+So a new section is its own module (the builder, and its figures), its two template parts, its
+schema fragment, its input function, and one entry of ``SECTIONS``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+WORKFLOW = Path(__file__).resolve().parents[2]
+TEMPLATES = WORKFLOW / "templates" / "sections"
+SCHEMAS = WORKFLOW / "schemas" / "sections"
+# where the report templates include sections: after the thread reconciliation ("each rung at
+# its own best thread count"), and after the dispatch ledger
+SLOTS = ("after_best_threads", "after_ledger")
+
+
+@dataclass(frozen=True)
+class Section:
+    key: str
+    inputs: tuple[str, ...]
+    build: str
+    slot: str
+    figures: str | None = None
+
+    def builder(self) -> Callable[[SectionContext], Any]:
+        return _resolve(self.build)
+
+    def drawer(self) -> Callable[[Mapping[str, Any], Path], Any] | None:
+        return _resolve(self.figures) if self.figures else None
+
+    def parts(self) -> dict[str, Path]:
+        return {"md": TEMPLATES / f"{self.key}.md.j2", "html": TEMPLATES / f"{self.key}.html.j2",
+                "schema": SCHEMAS / f"{self.key}.schema.yaml"}
+
+
+@dataclass
+class SectionContext:
+    """What a section's builder gets: the host's plan, the stats settings, its own named inputs
+    (file lists), and the report's list of missing or unreadable inputs to add to."""
+    plan: Mapping[str, Any]
+    stats_cfg: Mapping[str, Any]
+    files: Mapping[str, Sequence[str]]
+    missing: list[dict[str, str]] = field(default_factory=list)
+    price: Mapping[str, Any] | None = None  # the host's price entry (cost), when one applies
+
+
+def _resolve(ref: str) -> Callable[..., Any]:
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+
+
+SECTIONS: tuple[Section, ...] = (
+    Section("serving", ("serving_points", "serving_prefix", "serving_concurrency",
+                        "serving_load"),
+            build="ladder.analysis.servingview:section", slot="after_best_threads",
+            figures="ladder.reporting.figures:serving_figures"),
+    Section("hotspots", ("hotspots",), build="ladder.analysis.profileview:hotspots",
+            slot="after_ledger", figures="ladder.reporting.figures:hotspot_bars"),
+    Section("kernel_tests", ("kernel_tests", "vendor_tests"),
+            build="ladder.analysis.profileview:kernel_tests",
+            slot="after_ledger"),
+)
+
