@@ -211,10 +211,23 @@ def test_the_package_init_is_no_module_of_any_rule():
 
 
 LAYERS = ("core", "preparing", "planning", "measuring", "analysis", "reporting")
-# imports against the layers' order still left: config's start-up checks call bench's and
-# quality's; the serving and profiling views take the report's SectionContext from sections
-UPWARD = {("config", "bench"), ("config", "quality"), ("servingview", "sections"),
-          ("profileview", "sections")}
+# the imports against the layers' order still left: config's start-up checks call bench's and
+# quality's
+UPWARD = {("config", "bench"), ("config", "quality")}
+
+
+def test_an_import_for_the_type_checker_alone_is_no_part_of_a_rules_code():
+    """The views annotate with the report's SectionContext under ``if TYPE_CHECKING:``: an
+    import that never runs reaches no module."""
+    import ast
+
+    tree = ast.parse("from typing import TYPE_CHECKING\nimport typing\n"
+                     "if TYPE_CHECKING:\n    from ladder.reporting.sections import X\n"
+                     "if typing.TYPE_CHECKING:\n    from ladder import figures\n"
+                     "else:\n    from ladder import stats\n")
+    assert codeid._imports_in(tree) == frozenset({"stats"})
+    assert "sections" not in codeid.direct_imports(
+        codeid.PACKAGE_DIR / "analysis" / "servingview.py")
 
 
 def test_a_layer_imports_only_its_own_and_the_layers_before_it():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from functools import partial
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ladder.core import paths
 from ladder.analysis import stats
@@ -15,7 +15,9 @@ from ladder.core.io import read_json
 from ladder.analysis.loadview import capacity_sentences
 from ladder.analysis.loadview import sentences as load_sentences
 from ladder.analysis.loadview import summarize_load
-from ladder.reporting.sections import SectionContext
+
+if TYPE_CHECKING:  # an annotation only: the views never import the report's registry
+    from ladder.reporting.sections import SectionContext
 
 
 # --- the report's serving section ----------------------------------------------------------------

@@ -76,7 +76,7 @@ def _imports_in(tree: ast.Module) -> frozenset[str]:
     """Memoised by the parsed tree (itself memoised by path): a parse reaches each module from
     ~20 rules."""
     out: set[str] = set()
-    for node in ast.walk(tree):
+    for node in _walk_run_time(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 leaf = _leaf(alias.name)
@@ -99,6 +99,26 @@ def _imports_in(tree: ast.Module) -> frozenset[str]:
             if ref:
                 out.add(ref.group(2))
     return frozenset(m for m in out if _module_file(m))
+
+
+def _walk_run_time(tree: ast.AST) -> list[ast.AST]:
+    """Every node ``ast.walk`` gives but those under ``if TYPE_CHECKING:``: an import a type
+    checker alone reads (an annotation's class) never runs, so it is no part of a rule's code."""
+    out: list[ast.AST] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.If) and _type_checking(node.test):
+            todo += node.orelse
+            continue
+        out.append(node)
+        todo += ast.iter_child_nodes(node)
+    return out
+
+
+def _type_checking(test: ast.expr) -> bool:
+    return ((isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+            or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
 
 
 def code_modules(script: str) -> list[str]:
