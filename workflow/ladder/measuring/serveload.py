@@ -350,66 +350,29 @@ def _capacity(srv: Server, lv: Mapping[str, Any], cfg: Mapping[str, Any], seed: 
     """This round's capacity searches on a running server: the request rate
     (``search_capacity``; every probe an open-loop level at its rate, the load's arrivals and
     burstiness) and, with ``capacity.max_streams``, the concurrent streams
-    (``search_concurrency``; every probe a closed-loop level of that many clients). A probe
-    passes when the share of its requests within every limit of ``load.limits`` reaches
-    ``capacity.target``; ``hints``: this rung's capacities in its earlier rounds, where a later
-    round's search starts (``capacity.warm_start``). Every probe's summary and requests are
-    kept."""
+    (``search_concurrency``; every probe a closed-loop level of that many clients). ``hints``:
+    this rung's capacities in its earlier rounds, where a later round's searches start
+    (``capacity.warm_start``). Every probe's summary and requests are kept."""
     cap = cfg["capacity"]
     records: list[dict[str, Any]] = []
     t0 = time.perf_counter()
-
-    def probe(level: dict[str, Any], n: int, probes: list[dict[str, Any]]) -> bool:
-        # a probe passes with at most this many requests outside the limits; one more
-        # decides it
-        allowed = n - math.ceil(float(cap["target"]) * n - 1e-9)
-        missed: dict[int, bool] = {}  # each finished request judged once, as it finishes
-
-        def decided(reqs: Sequence[loadgen.Request]) -> bool:
-            for r in reqs:
-                if r.index not in missed and r.status not in ("pending", "not sent"):
-                    missed[r.index] = not loadgen.meets(
-                        {"status": r.status, **loadgen.metrics(r)}, cfg["limits"])
-            return sum(missed.values()) > allowed
-
-        reqs, duration, mseen = run_level(srv, level, {**cfg, "requests": n}, seed, decided)
-        recs = [r.record() for r in reqs]
-        summary = loadgen.summarize(recs, duration, cfg["limits"])
-        metrics_seen[level["level"]] = mseen
-        records.extend(recs)
-        sent = summary["requests"] - summary["not_sent"]
-        passed = summary["good"] >= n - allowed
-        probes.append({**{k: level[k] for k in ("rate", "concurrency") if k in level},
-                       "level": level["level"], "requests": summary["requests"],
-                       "sent": sent, "good": summary["good"],
-                       # over the requests sent: a probe ended once it could no longer pass
-                       "attainment": summary["good"] / sent if sent else 0.0, "passed": passed,
-                       "duration_s": duration,
-                       "achieved_rate_rps": summary["achieved_rate_rps"],
-                       "requests_per_s": summary["requests_per_s"],
-                       "output_tokens_per_s": summary["output_tokens_per_s"],
-                       "send_lag_p99_ms": summary["send_lag_p99_ms"],
-                       "ttft_p99_ms": summary["ttft_p99_ms"],
-                       "tpot_p99_ms": summary["tpot_p99_ms"]})
-        if not alive(srv.pid):
-            raise LadderError(f"llama-server died during the capacity probe {level['level']}")
-        return passed
-
     rate_probes: list[dict[str, Any]] = []
 
     def at_rate(rate: float) -> bool:
         # long enough to be sustained: a short burst is absorbed by any queue, so a probe
         # offers its rate for at least probe_s seconds (and at least `requests` requests)
-        n = probe_requests(rate, int(cap["requests"]), float(cap["probe_s"]))
-        return probe({"level": f"capacity@{rate:.4g}", "kind": "open", "rate": rate}, n,
-                     rate_probes)
+        return _probe(srv, cfg, seed, {"level": f"capacity@{rate:.4g}", "kind": "open",
+                                       "rate": rate},
+                      probe_requests(rate, int(cap["requests"]), float(cap["probe_s"])),
+                      (rate_probes, records, metrics_seen))
 
     found = search_capacity(at_rate, start=float(cap["start_rps"]),
                             min_rate=float(cap["min_rps"]), max_rate=float(cap["max_rps"]),
                             bisect=int(cap["bisect"]), hint=hints.get("rate"))
     row = {**lv, "duration_s": time.perf_counter() - t0, "summary": {},
            "server_metrics": {}, "capacity": {**found, "target": cap["target"],
-                                              "probes": rate_probes}}
+                                              "probes": rate_probes,
+                                              "duration_s": time.perf_counter() - t0}}
     if int(cap.get("max_streams") or 0) > 0:
         t1 = time.perf_counter()
         stream_probes: list[dict[str, Any]] = []
@@ -417,8 +380,10 @@ def _capacity(srv: Server, lv: Mapping[str, Any], cfg: Mapping[str, Any], seed: 
         def at_streams(n: int) -> bool:
             # every client sends `waves` requests in turn: the first wave arrives at once,
             # the later ones see the queue a steady load of n streams keeps
-            return probe({"level": f"capacity@c{n}", "kind": "closed", "concurrency": n},
-                         max(int(cap["requests"]), int(cap["waves"]) * n), stream_probes)
+            return _probe(srv, cfg, seed, {"level": f"capacity@c{n}", "kind": "closed",
+                                           "concurrency": n},
+                          max(int(cap["requests"]), int(cap["waves"]) * n),
+                          (stream_probes, records, metrics_seen))
 
         streams = search_concurrency(at_streams, max_streams=int(cap["max_streams"]),
                                      hint=hints.get("concurrency"))
@@ -426,6 +391,44 @@ def _capacity(srv: Server, lv: Mapping[str, Any], cfg: Mapping[str, Any], seed: 
                               "duration_s": time.perf_counter() - t1}
         row["duration_s"] = time.perf_counter() - t0
     return row, records
+
+
+def _probe(srv: Server, cfg: Mapping[str, Any], seed: int, level: dict[str, Any], n: int,
+           kept: tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]) -> bool:
+    """One capacity probe of ``n`` requests: passed when the share of them within every limit
+    of ``load.limits`` reaches ``capacity.target``; it ends once it can no longer pass. Its
+    summary, its requests and its /metrics samples go to ``kept`` (probes, records,
+    metrics)."""
+    probes, records, metrics_seen = kept
+    # a probe passes with at most this many requests outside the limits; one more decides it
+    allowed = n - math.ceil(float(cfg["capacity"]["target"]) * n - 1e-9)
+    missed: dict[int, bool] = {}  # each finished request judged once, as it finishes
+
+    def decided(reqs: Sequence[loadgen.Request]) -> bool:
+        for r in reqs:
+            if r.index not in missed and r.status not in ("pending", "not sent"):
+                missed[r.index] = not loadgen.meets(
+                    {"status": r.status, **loadgen.metrics(r)}, cfg["limits"])
+        return sum(missed.values()) > allowed
+
+    reqs, duration, mseen = run_level(srv, level, {**cfg, "requests": n}, seed, decided)
+    recs = [r.record() for r in reqs]
+    summary = loadgen.summarize(recs, duration, cfg["limits"])
+    metrics_seen[level["level"]] = mseen
+    records.extend(recs)
+    sent = summary["requests"] - summary["not_sent"]
+    passed = summary["good"] >= n - allowed
+    probes.append({**{k: level[k] for k in ("rate", "concurrency") if k in level},
+                   "level": level["level"], "requests": summary["requests"], "sent": sent,
+                   "good": summary["good"],
+                   # over the requests sent: a probe ended once it could no longer pass
+                   "attainment": summary["good"] / sent if sent else 0.0, "passed": passed,
+                   "duration_s": duration, **{k: summary[k] for k in (
+                       "achieved_rate_rps", "requests_per_s", "output_tokens_per_s",
+                       "send_lag_p99_ms", "ttft_p99_ms", "tpot_p99_ms")}})
+    if not alive(srv.pid):
+        raise LadderError(f"llama-server died during the capacity probe {level['level']}")
+    return passed
 
 
 def capacity_hints(found: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
