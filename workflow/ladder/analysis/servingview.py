@@ -205,12 +205,12 @@ def serving_section(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
             out[point["experiment"]].append(summarize_bench_point(doc, point, plan, stats_cfg))
         except LadderError as exc:
             missing.append({"file": path, "problem": str(exc)})
-    for key, files, summarize in (("prefix_cache", prefix, summarize_prefix),
-                                  ("concurrency", concurrency_files, summarize_concurrency),
-                                  ("load", load_files, partial(summarize_load, price=price))):
+    for name, files, summarize in (("prefix_cache", prefix, summarize_prefix),
+                                   ("concurrency", concurrency_files, summarize_concurrency),
+                                   ("load", load_files, partial(summarize_load, price=price))):
         for path in files:
             try:
-                out[key] = summarize(read_json(path), plan, stats_cfg)
+                out[name] = summarize(read_json(path), plan, stats_cfg)
             except LadderError as exc:
                 missing.append({"file": path, "problem": str(exc)})
     # the serving experiments' comparisons: their own Benjamini-Hochberg families (those with

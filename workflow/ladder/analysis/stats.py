@@ -192,7 +192,7 @@ def verdict(r: RatioEstimate, threshold: float | None, *, bias: float = 0.0,
           + (", adjusted for selection" if shown_confidence else "")
           + (f", widened ±{math.expm1(bias) * 100:.1f} % by "
              f"{bias_why or 'the failed control check'}" if bias else ""))
-    common = dict(resolving_power=mde, threshold=threshold, p_value=p,
+    common: dict[str, Any] = dict(resolving_power=mde, threshold=threshold, p_value=p,
                   adjusted=selected is not None, widened=bias or None)
     if significant and shrunk >= band:
         call = "faster" if m > 0 else "slower"
@@ -564,7 +564,8 @@ def pooled_checks(cells: Sequence[Mapping[str, Any]], confidence: float = 0.95
         out["label"] = {"cells": len(means), "estimate": r.estimate, "ci": [r.lo, r.hi],
                         "p_value": r.p_value, "passed": not failed,
                         "text": (f"control/twin over {len(means)} cells: "
-                                 f"{fmt_ratio(r.estimate)} ({round(confidence * 100):g}% CI "
+                                 f"{fmt_ratio(r.estimate)} "  # type: ignore[arg-type]
+                                 f"({round(confidence * 100):g}% CI "
                                  f"{fmt_ratio(r.lo)}-{fmt_ratio(r.hi)})"  # type: ignore[arg-type]
                                  + (": a label bias, the run's ratios carry it"
                                     if failed else ", no label bias"))}
@@ -575,7 +576,7 @@ def pooled_checks(cells: Sequence[Mapping[str, Any]], confidence: float = 0.95
     for c in cells:
         for k, v in (c.get("positions") or {}).items():
             by_pos[int(k)] += v
-    rows = []
+    rows: list[dict[str, Any]] = []
     alpha = (1 - confidence) / max(1, len(by_pos))
     for k in sorted(by_pos):
         v = np.asarray(by_pos[k])

@@ -25,6 +25,7 @@ import os
 import re
 from functools import lru_cache
 from pathlib import Path
+from typing import Iterable
 
 PACKAGE = "ladder"
 _REF = re.compile(rf"{PACKAGE}\.((?:\w+\.)*)(\w+):(\w+)")
@@ -131,7 +132,7 @@ def module_reach(module: str) -> list[str]:
     return _closure({module})
 
 
-def _closure(start: set[str]) -> list[str]:
+def _closure(start: Iterable[str]) -> list[str]:
     seen: set[str] = set()
     todo = list(start)
     while todo:
@@ -239,7 +240,7 @@ def logic_digest(path: Path) -> str:
 def _digest(name: str, depth: int, text: str) -> str:
     """Memoised by file, depth and text: one workflow parse hashes ~20 rules whose code shares
     most modules (334 digests of ~60 files, three quarters of a parse's time, before)."""
-    tree = ast.parse(text, filename=name)
+    tree: ast.AST = ast.parse(text, filename=name)
     tree = _merge_imports(_WhereItLives(depth).visit(_NoDocstrings().visit(tree)))
     return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
 

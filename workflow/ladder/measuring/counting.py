@@ -107,7 +107,7 @@ class UprobeMethod(Method):
         self.session_info.update(teardown_s=round(s.teardown_s, 3),
                                  probes_registered=len(s.event_of))
 
-    def count(self, tool_argv, env, stem, key, timeout, crosscheck):  # type: ignore[override]
+    def count(self, tool_argv, env, stem, key, timeout, crosscheck):
         before = self._session.snapshot()
         inst = run(self.launcher + list(tool_argv), env=dict(env), timeout_s=timeout)
         hits = self._session.delta(before)
@@ -126,7 +126,7 @@ class LldbMethod(Method):
         if presence_only:
             self.exact_kinds = ()
 
-    def count(self, tool_argv, env, stem, key, timeout, crosscheck):  # type: ignore[override]
+    def count(self, tool_argv, env, stem, key, timeout, crosscheck):
         from ladder.measuring.debugger import run_under_lldb
 
         mode_of = {"dispatch": "count", "kernels": "first"} if self.name == "lldb" else {}
@@ -168,7 +168,7 @@ class QemuExecMethod(Method):
                     "-dfilter on their entries (exact calls per guest thread); a symbol never "
                     "translated never ran: 0 calls"}
 
-    def plain(self, tool_argv, env, stem, key, timeout):  # type: ignore[override]
+    def plain(self, tool_argv, env, stem, key, timeout):
         from ladder.preparing.emulation import count_translations, translation_log_argv
 
         asm_log = f"{stem}.qemu-in_asm.log"
@@ -224,7 +224,7 @@ class QemuExecMethod(Method):
             "crosscheck": None}
         return hits, l3, thread_counts(text, entries)
 
-    def count(self, tool_argv, env, stem, key, timeout, crosscheck):  # type: ignore[override]
+    def count(self, tool_argv, env, stem, key, timeout, crosscheck):
         from ladder.preparing.emulation import guest_crash
 
         entries = self._filter(key)

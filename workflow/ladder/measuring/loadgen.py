@@ -71,9 +71,10 @@ class Request:
 
 def metrics(r: Request) -> dict[str, Any]:
     """vLLM's per-request definitions (module docstring); None where not defined."""
-    ok = r.status == "ok" and r.sent_s is not None and r.token_s
-    ttft = (r.token_s[0] - r.sent_s) * 1000 if ok else None
-    e2el = ((r.end_s or r.token_s[-1]) - r.sent_s) * 1000 if ok else None
+    sent = r.sent_s
+    ok = r.status == "ok" and sent is not None and r.token_s
+    ttft = (r.token_s[0] - sent) * 1000 if ok and sent is not None else None
+    e2el = ((r.end_s or r.token_s[-1]) - sent) * 1000 if ok and sent is not None else None
     tpot = ((e2el - ttft) / (r.output_tokens - 1)
             if ok and r.output_tokens > 1 and e2el is not None and ttft is not None else None)
     # one gap per token *event*: tokens that arrived in one read share its time, and k of them

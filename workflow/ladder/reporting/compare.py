@@ -84,7 +84,7 @@ def _drift(doc: Mapping[str, Any], quant: str, rung: str) -> bool | None:
 def _status(doc: Mapping[str, Any], cell: Mapping[str, Any], rung: str) -> str:
     """Why a rung has no rounds in a cell: its status there, else the run's (not applicable,
     build failed, crashed), with the reason."""
-    st = (cell.get("rung_status") or {}).get(rung) or next(
+    st: Mapping[str, Any] = (cell.get("rung_status") or {}).get(rung) or next(
         (r for r in doc.get("rungs") or [] if r.get("name") == rung), {})
     status = st.get("status") or "no rounds"
     return status + (f", {st['reason']}" if st.get("reason") and status != "measured" else "")
@@ -121,7 +121,7 @@ def _judged_row(where: str, rung: str, rb: Mapping[str, Any], rn: Mapping[str, A
 
 def _floor(b: Mapping[str, Any], n: Mapping[str, Any]) -> float | None:
     floors = [b["noise_floor"].get("floor"), n["noise_floor"].get("floor")]
-    return None if None in floors else max(floors)  # type: ignore[type-var]
+    return None if None in floors else max(floors)
 
 
 LOAD_SPEC = ("n_prompt", "n_gen", "requests", "request_timeout_s", "limits", "rates",
@@ -164,8 +164,8 @@ def compare_load(base: Mapping[str, Any], new: Mapping[str, Any], confidence: fl
             out["rows"].append(row)
             if row["call"] == "slower":
                 out["slower"].append(f"{where} {rung}: {row['text']}")
-    for key in ("capacity", "concurrency_capacity"):
-        _compare_capacity(lb.get(key), ln.get(key), confidence, names, out)
+    for which in ("capacity", "concurrency_capacity"):
+        _compare_capacity(lb.get(which), ln.get(which), confidence, names, out)
     return out
 
 

@@ -92,10 +92,10 @@ def ladder_overview(doc: Mapping[str, Any], out_dir: Path) -> dict[str, Any]:
             steps = {(s["base"], s["rung"]): s for s in c.get("steps") or []}
             for (x0, y0), (x1, y1) in zip(zip(xs, ys), list(zip(xs, ys))[1:]):
                 s = steps.get((ladder[x0], ladder[x1]))
-                called = bool(s) and s["verdict"]["call"] in ("faster", "slower")
+                called = s is not None and s["verdict"]["call"] in ("faster", "slower")
                 ax.plot([x0, x1], [y0, y1], color=color, linestyle="-" if called else "--",
                         linewidth=1.6 if called else 1.0)
-                if called:  # beside the upper end of its segment, one line per quant
+                if called and s is not None:  # beside its segment's upper end, a line per quant
                     ax.annotate(f"{s['ratio']['estimate']:.3g}x", (x1, y1), fontsize=8,
                                 color=color, xytext=(6, -4 - 10 * i), textcoords="offset points")
         ax.set_yscale("log")
@@ -336,8 +336,9 @@ def lever_chart(points: list[Mapping[str, Any]], fid: str, title: str, xlabel: s
         by = {c["rung"]: c["ratio"] for c in p["cell"]["vs_floor"]}
         ys, lo, hi = [], [], []
         for n in settings:
-            r = {"estimate": 1.0, "lo": 1.0, "hi": 1.0} if n == p["baseline"] else by.get(n)
-            est = (r or {}).get("estimate")
+            r = ({"estimate": 1.0, "lo": 1.0, "hi": 1.0} if n == p["baseline"]
+                 else by.get(n)) or {}
+            est = r.get("estimate")
             ys.append(est if est else float("nan"))
             lo.append(est - r["lo"] if est and r.get("lo") else 0.0)
             hi.append(r["hi"] - est if est and r.get("hi") else 0.0)

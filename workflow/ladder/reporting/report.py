@@ -618,7 +618,8 @@ def tool_versions() -> dict[str, str | None]:
 
 def plan_twin(plan: Mapping[str, Any], rung: str) -> str:
     """The control is its twin's build: it has the twin's ledger cells."""
-    return plan.get("twin") if rung == plan.get("control") and plan.get("twin") else rung
+    twin = plan.get("twin")
+    return str(twin) if rung == plan.get("control") and twin else rung
 
 
 def write_report(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],

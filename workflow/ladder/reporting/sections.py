@@ -67,7 +67,7 @@ class SectionContext:
 
 def _resolve(ref: str) -> Callable[..., Any]:
     module, _, name = ref.partition(":")
-    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module), name)
 
 
 SECTIONS: tuple[Section, ...] = (
