@@ -447,16 +447,23 @@ def test_an_open_level_whose_client_fell_behind_is_flagged():
     assert loadview.client_behind({"kind": "closed", "pooled": {}}) is None
 
 
-def test_the_report_prints_success_only_percentiles_beside_the_table(tmp_path):
+def render_load(tmp_path: Path, section: dict) -> tuple[str, str]:
+    """The report fixture with ``section`` as its serving-under-load section, rendered: its
+    Markdown and HTML."""
     from ladder.reporting.render import render_all
 
     fixture = Path(__file__).parent / "fixtures" / "report-default" / "ladder.json"
     doc = json.loads(fixture.read_text())
-    doc["serving"]["load"] = loadview.summarize_load(synthetic_doc(fail_round=2), PLAN, STATS)
+    doc["serving"]["load"] = section
     src = tmp_path / "ladder.json"
     src.write_text(json.dumps(doc))
     paths = render_all(src, tmp_path / "out", workdir=tmp_path)
-    md, html = Path(paths["md"]).read_text(), Path(paths["html"]).read_text()
+    return Path(paths["md"]).read_text(), Path(paths["html"]).read_text()
+
+
+def test_the_report_prints_success_only_percentiles_beside_the_table(tmp_path):
+    md, html = render_load(tmp_path, loadview.summarize_load(synthetic_doc(fail_round=2), PLAN,
+                                                             STATS))
     assert re.search(r"Success-only percentiles \(vLLM's: over the completed requests; the table "
                      r"counts the others as infinitely slow, as aiperf does\): `c1` `floor` "
                      r"\(12 of 16 completed\) TTFT p50 / p90 / p99 [\d.]+ / [\d.]+ / [\d.]+ ms",
@@ -670,19 +677,11 @@ def test_compare_gates_on_a_capacity_that_fell():
 
 
 def test_the_report_prints_each_rungs_capacity(tmp_path):
-    from ladder.reporting.render import render_all
-
-    fixture = Path(__file__).parent / "fixtures" / "report-default" / "ladder.json"
-    doc = json.loads(fixture.read_text())
     load = capacity_doc({"floor": [0.6, 0.65, 0.6, 0.62], "fast": [2.6, 2.5, 2.7, 2.6],
                          "control": [2.6, 2.55, 2.6, 2.7]})
     sec = loadview.summarize_load(load, PLAN, STATS, PRICE)
     sec["capacity_sentences"] = loadview.capacity_sentences(sec["capacity"])
-    doc["serving"]["load"] = sec
-    src = tmp_path / "ladder.json"
-    src.write_text(json.dumps(doc))
-    paths = render_all(src, tmp_path / "out", workdir=tmp_path)
-    md, html = Path(paths["md"]).read_text(), Path(paths["html"]).read_text()
+    md, html = render_load(tmp_path, sec)
     part = md[md.find("#### Serving capacity"):]
     assert part and "resolved to 1.19x" in part, md[md.find("Serving under load"):][:2000]
     assert re.search(r"\| `fast` \| [\d.]+ \([\d.]+-[\d.]+\) \| [\d.]+, ", part)
@@ -775,18 +774,10 @@ def test_compare_gates_on_concurrency_that_fell():
 
 
 def test_the_report_prints_each_rungs_concurrency_capacity(tmp_path):
-    from ladder.reporting.render import render_all
-
-    fixture = Path(__file__).parent / "fixtures" / "report-default" / "ladder.json"
-    doc = json.loads(fixture.read_text())
     sec = loadview.summarize_load(capacity_doc(RATES, streams=STREAMS), PLAN, STATS, PRICE)
     sec["capacity_sentences"] = loadview.capacity_sentences(sec["capacity"])
     sec["concurrency_sentences"] = loadview.capacity_sentences(sec["concurrency_capacity"])
-    doc["serving"]["load"] = sec
-    src = tmp_path / "ladder.json"
-    src.write_text(json.dumps(doc))
-    paths = render_all(src, tmp_path / "out", workdir=tmp_path)
-    md, html = Path(paths["md"]).read_text(), Path(paths["html"]).read_text()
+    md, html = render_load(tmp_path, sec)
     part = md[md.find("#### Concurrency capacity"):]
     assert part.startswith("#### Concurrency capacity"), md[md.find("Serving capacity"):][:3000]
     assert "| `fast` | 8.97 (" in part and "| 9, 8, 9, 10 |" in part

@@ -147,15 +147,14 @@ def resolution(spec: Mapping[str, Any]) -> float:
 
 
 # The two searches of a capacity row (``serveload._capacity``): its key in the row, the key of a
-# round's value, the words, the search's ends and its resolution (streams are bisected to one:
-# exact)
+# round's value, the words, a probe's value, the search's top and the settings that define it
+# (the resolution: ``_resolution``; streams are bisected to one, exact)
 DIMS: dict[str, dict[str, Any]] = {
-    "rate": {"row": "capacity", "value": "capacity_rps", "what": "request rate",
-             "unit": "/s", "x": "rate", "bottom": "min_rps", "top": "max_rps",
+    "rate": {"row": "capacity", "value": "capacity_rps", "what": "request rate", "x": "rate",
+             "top": "max_rps",
              "search": ("probe_s", "start_rps", "min_rps", "max_rps", "bisect", "warm_start")},
     "concurrency": {"row": "concurrency", "value": "capacity_streams",
-                    "what": "concurrent streams", "unit": " streams", "x": "concurrency",
-                    "bottom": None, "top": "max_streams",
+                    "what": "concurrent streams", "x": "concurrency", "top": "max_streams",
                     "search": ("max_streams", "waves", "requests", "warm_start")},
 }
 
@@ -284,7 +283,7 @@ def capacity(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
             comp["no_equivalence"] = (comp["censored"] + ": values outside the search only "
                                       "hide differences")
         comp["verdict"] = stats.judge(comp)
-    return {"dimension": dim, "what": d["what"], "unit": d["unit"], "value_key": d["value"],
+    return {"dimension": dim, "what": d["what"], "value_key": d["value"],
             "target": spec["target"], "limits": doc["spec"]["limits"],
             "requests_per_probe": spec["requests"], "resolution": res,
             "search": {k: spec.get(k) for k in d["search"]},

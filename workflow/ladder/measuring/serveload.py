@@ -87,10 +87,11 @@ def _walk(passes: Callable[[int], bool], k0: int, kmin: int, kmax: int, step: in
     return lo, hi
 
 
-def _found(lo: float | None, hi: float | None, hint: float | None) -> dict[str, Any]:
+def _found(key: str, lo: float | None, hi: float | None, hint: float | None
+           ) -> dict[str, Any]:
     bound = "bracketed" if lo is not None and hi is not None else (
         "above" if lo is not None else "below")
-    return {"capacity": lo, "bracket": [lo, hi], "bound": bound, "hint": hint}
+    return {key: lo, "bracket": [lo, hi], "bound": bound, "hint": hint}
 
 
 def search_capacity(attains: Callable[[float], bool], *, start: float, min_rate: float,
@@ -121,9 +122,8 @@ def search_capacity(attains: Callable[[float], bool], *, start: float, min_rate:
         lo, hi = _walk(passes, 0, kmin, kmax, m, gallop=False)
     else:
         lo, hi = _walk(passes, round(m * math.log2(hint / start)), kmin, kmax, 1, gallop=True)
-    out = _found(None if lo is None else rate(lo), None if hi is None else rate(hi), hint)
-    out["capacity_rps"] = out.pop("capacity")
-    return out
+    return _found("capacity_rps", None if lo is None else rate(lo),
+                  None if hi is None else rate(hi), hint)
 
 
 def search_concurrency(attains: Callable[[int], bool], *, max_streams: int,
@@ -135,9 +135,7 @@ def search_concurrency(attains: Callable[[int], bool], *, max_streams: int,
     stream failed)."""
     lo, hi = _walk(attains, 1 if hint is None else int(hint), 1, int(max_streams), 1,
                    gallop=True)
-    out = _found(lo, hi, hint)
-    out["capacity_streams"] = out.pop("capacity")
-    return out
+    return _found("capacity_streams", lo, hi, hint)
 
 
 def slots_for(cfg: Mapping[str, Any]) -> int:
@@ -310,11 +308,10 @@ def _one_server(*, name: str, rung: Mapping[str, Any], bin_dir: str, model: str,
             random.Random(seed).shuffle(order)
             for i, lv in enumerate(order):
                 if lv["kind"] == "capacity":
+                    # every probe checks the server is alive (``_probe``)
                     row, records = _capacity(srv, lv, cfg, seed, metrics_seen, hints)
                     rows.append({**row, "position": i, "cpus_seen": seen})
                     recs += records
-                    if not alive(srv.pid):
-                        raise LadderError("llama-server died during the capacity search")
                     continue
                 reqs, duration, mseen = run_level(srv, lv, cfg, seed)
                 records = [r.record() for r in reqs]
@@ -369,10 +366,10 @@ def _capacity(srv: Server, lv: Mapping[str, Any], cfg: Mapping[str, Any], seed: 
     found = search_capacity(at_rate, start=float(cap["start_rps"]),
                             min_rate=float(cap["min_rps"]), max_rate=float(cap["max_rps"]),
                             bisect=int(cap["bisect"]), hint=hints.get("rate"))
-    row = {**lv, "duration_s": time.perf_counter() - t0, "summary": {},
-           "server_metrics": {}, "capacity": {**found, "target": cap["target"],
-                                              "probes": rate_probes,
-                                              "duration_s": time.perf_counter() - t0}}
+    rate_s = time.perf_counter() - t0
+    row = {**lv, "duration_s": rate_s, "summary": {}, "server_metrics": {},
+           "capacity": {**found, "target": cap["target"], "probes": rate_probes,
+                        "duration_s": rate_s}}
     if int(cap.get("max_streams") or 0) > 0:
         t1 = time.perf_counter()
         stream_probes: list[dict[str, Any]] = []
@@ -435,11 +432,10 @@ def capacity_hints(found: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Where a rung's next capacity searches start (``capacity.warm_start``): the median of its
     earlier rounds' capacities (a round outside the search counts as the end it reached)."""
     out: dict[str, Any] = {}
-    for dim, key, value in (("rate", "capacity", "capacity_rps"),
-                            ("concurrency", "concurrency", "capacity_streams")):
-        vals = [f[key][value] if f[key][value] is not None else f[key]["bracket"][1]
-                for f in found if f.get(key)]
-        vals = [v for v in vals if v is not None]
+    for dim, key in (("rate", "capacity"), ("concurrency", "concurrency")):
+        # the value that passed, or (below the search) the lowest one tried
+        vals = [lo if lo is not None else hi for f in found if f.get(key)
+                for lo, hi in [f[key]["bracket"]]]
         if vals:
             mid = float(statistics.median(vals))
             out[dim] = int(round(mid)) if dim == "concurrency" else mid

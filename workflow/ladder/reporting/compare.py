@@ -200,7 +200,7 @@ def _compare_capacity(cb: Mapping[str, Any] | None, cn: Mapping[str, Any] | None
     res = max(cb["resolution"], cn["resolution"])
     bias = math.log(res) if res > 1 else None
     floor = _floor(cb["cell"], cn["cell"])
-    key = "capacity_streams" if streams else "capacity_rps"
+    key = cn["value_key"]  # the round's value: capacity_rps or capacity_streams
     rb = {r["rung"]: r for r in cb["rungs"]}
     for r in cn["rungs"]:
         if r["rung"] not in rb:
