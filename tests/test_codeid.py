@@ -107,7 +107,9 @@ def test_a_changed_statistic_reruns_the_analysis_not_the_measurement(tree):
     assert after["report"] != before["report"]
     assert all(after[s] == before[s] for s in MEASURING)
     proto = tree / "planning" / "protocol.py"  # a new protocol version re-measures every cell
-    proto.write_text(proto.read_text().replace("VERSION = 2", "VERSION = 3"))
+    text = proto.read_text()
+    version = int(re.search(r"^VERSION = (\d+)", text, re.M).group(1))
+    proto.write_text(text.replace(f"VERSION = {version}", f"VERSION = {version + 1}"))
     codeid._tree.cache_clear()
     bumped = {s: codeid.code_hash(s) for s in before}
     assert all(bumped[s] != after[s] for s in MEASURING)

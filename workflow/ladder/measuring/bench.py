@@ -385,13 +385,17 @@ def look(cell: Cell, policy: Policy, measured: int) -> None:
 
 def pilot(cell: Cell, policy: Policy, measured: int) -> None:
     """The pilot look after ``rounds_rule["pilot"]`` measured rounds: the cell's rounds from
-    its own A/A spread (``protocol.plan_rounds``)."""
+    its own A/A spread (``protocol.plan_rounds``), counted after the last retirement (a look
+    at the same round count runs first)."""
     rule = policy.rounds_rule
     if not rule or measured != int(rule["pilot"]):
         return
     _, control, twin = cell.roles()
-    plan = protocol.plan_rounds(clean_samples(cell.samples), control, twin, rule, policy.delta,
-                                policy.rounds, policy.statistic)
+    clean = clean_samples(cell.samples)
+    sets = protocol.measured_sets(clean)
+    running = (sets[max(sets)] - set(cell.retired)) if sets else frozenset()
+    plan = protocol.plan_rounds(clean, control, twin, rule, policy.delta, policy.rounds,
+                                policy.statistic, next_set=running)
     cell.rounds, cell.rounds_plan = plan["rounds"], plan
     progress.step("pilot", measured, cell.rounds, plan["why"])
 

@@ -21,7 +21,10 @@ from scipy import stats as sps
 
 from ladder.core.errors import LadderError
 
-VERSION = 2  # 2: rounds chosen per cell from its pilot's A/A spread (measure.rounds_from_noise)
+# 2: rounds chosen per cell from its pilot's A/A spread (measure.rounds_from_noise); 3: the
+# looks and the pilot read the rounds of one measured set (``regime_rounds``) and allow for
+# dependent rounds (``ASSUMED_RHO``), and the planned rounds count from the last retirement
+VERSION = 3
 # The practical threshold below which a change is not called, per phase (measured A/A bias and
 # the effects users ask about; README "Resolving power").
 DEFAULT_THRESHOLD = {"prefill": 0.05, "decode": 0.03}
@@ -31,6 +34,12 @@ INTERIM_ALPHA = 0.001
 MIN_ROUNDS = 3  # the fewest paired rounds a comparison is judged on
 POWER = 0.80  # the power at which "the smallest effect this cell calls" is stated
 PLAN_ALPHA = 0.05  # the two-sided level the rounds are planned for (stats.confidence 0.95)
+# Rounds are not independent when the machine has slow modes: a paired t on n rounds assumes
+# they are (issue 42). The final analysis measures the dependence of a run's A/A series
+# (``stats.run_dependence``); a look and the pilot, inside one cell, cannot, and allow for this
+# lag-1 autocorrelation of the per-round log ratios (an AR(1) model): the upper 95 % limit of
+# the pooled estimate on this project's real A/A rounds (measurements/dependence.py).
+ASSUMED_RHO = 0.15
 
 # What one round of one rung is worth, from its process's llama-bench repetitions (-r): every
 # repetition is kept as a sample; the statistic is chosen by measurement
@@ -57,11 +66,52 @@ def per_round_means(samples: Iterable[Mapping[str, Any]], rung: str,
 
 
 def paired_ratios(samples: Sequence[Mapping[str, Any]], base: str, other: str,
-                  statistic: str = "mean") -> list[float]:
-    """other/base per round, over the rounds in which both were measured."""
+                  statistic: str = "mean", rounds: Iterable[int] | None = None) -> list[float]:
+    """other/base per round, over the rounds in which both were measured (of ``rounds``, when
+    given)."""
     a = per_round_means(samples, base, statistic)
     b = per_round_means(samples, other, statistic)
-    return [b[r] / a[r] for r in sorted(set(a) & set(b)) if a[r] > 0]
+    both = set(a) & set(b) & (set(rounds) if rounds is not None else set(a))
+    return [b[r] / a[r] for r in sorted(both) if a[r] > 0]
+
+
+def measured_sets(samples: Iterable[Mapping[str, Any]]) -> dict[int, frozenset[str]]:
+    """The rungs measured in each round (a retired rung leaves the set)."""
+    acc: dict[int, set[str]] = defaultdict(set)
+    for s in samples:
+        acc[int(s["round"])].add(s["rung"])
+    return {r: frozenset(v) for r, v in acc.items()}
+
+
+def regime_rounds(samples: Sequence[Mapping[str, Any]], base: str, other: str) -> list[int]:
+    """The rounds a comparison of ``base`` and ``other`` is judged on (issue 42): those in which
+    both were measured *and* the cell measured the same set of rungs as in the last such round.
+    While the slow floor still runs, a rung that follows it in a round's order is measured in
+    another state of the machine (a carried-over offset that persists over those few rounds,
+    measured on real runs: measurements/dependence.py), so the control/twin check and the steps
+    above the floor read the rounds after the floor retired, and the comparisons with the floor
+    the rounds it ran in. Fewer than ``MIN_ROUNDS`` such rounds: every round with both."""
+    sets = measured_sets(samples)
+    both = sorted(r for r, v in sets.items() if base in v and other in v)
+    if not both:
+        return []
+    same = [r for r in both if sets[r] == sets[both[-1]]]
+    return same if len(same) >= MIN_ROUNDS else both
+
+
+def steady_ratios(samples: Sequence[Mapping[str, Any]], base: str, other: str,
+                  statistic: str = "mean") -> list[float]:
+    """other/base per round over the comparison's rounds of one measured set
+    (``regime_rounds``)."""
+    return paired_ratios(samples, base, other, statistic, regime_rounds(samples, base, other))
+
+
+def dependence_factor(rho: float) -> float:
+    """How much the variance of a mean of n rounds exceeds sd²/n when the rounds follow an AR(1)
+    model with lag-1 autocorrelation ``rho`` (n large; for the n of a cell the exact factor is
+    a little smaller, so this errs wide): (1 + ρ) / (1 - ρ), never below 1."""
+    r = min(max(float(rho), 0.0), 0.9)
+    return (1 + r) / (1 - r)
 
 
 def phase_of(workload: Mapping[str, Any]) -> str:
@@ -98,15 +148,17 @@ def comparisons(ladder: Sequence[str], measured: set[str]) -> list[tuple[str, st
     return out
 
 
-def gross_step(ratios: Sequence[float], threshold: float, alpha: float) -> bool:
+def gross_step(ratios: Sequence[float], threshold: float, alpha: float,
+               rho: float = ASSUMED_RHO) -> bool:
     """Called at level ``alpha`` already: the paired t-test on the log ratios rejects "no
     difference" at ``alpha`` and the geometric mean is beyond the threshold (the final
-    analysis's rule, ``stats.verdict``, at the strict interim level)."""
+    analysis's rule, ``stats.verdict``, at the strict interim level), its standard error allowing
+    for rounds correlated at ``rho`` (``dependence_factor``)."""
     if len(ratios) < MIN_ROUNDS:
         return False
     logs = np.log(np.asarray(ratios, dtype=float))
     m, sd = float(logs.mean()), float(logs.std(ddof=1))
-    se = sd / math.sqrt(len(logs))
+    se = sd / math.sqrt(len(logs)) * math.sqrt(dependence_factor(rho))
     p = (0.0 if m != 0 else 1.0) if se == 0 else float(2 * sps.t.sf(abs(m) / se, len(logs) - 1))
     return p <= alpha and abs(m) >= math.log1p(threshold)
 
@@ -123,7 +175,7 @@ def retirable(samples: Sequence[Mapping[str, Any]], ladder: Sequence[str],
     seen: set[str] = set()
     for _, base, other in comparisons(ladder, measured):
         seen |= {base, other}
-        if not gross_step(paired_ratios(samples, base, other, statistic), threshold, alpha):
+        if not gross_step(steady_ratios(samples, base, other, statistic), threshold, alpha):
             open_rungs |= {base, other}
     return seen - open_rungs
 
@@ -167,44 +219,61 @@ def planning_sd(sd: float, pairs: int, assurance: float) -> float:
     return sd * math.sqrt(k / float(sps.chi2.ppf(1 - assurance, k))) if assurance > 0.5 else sd
 
 
-def rounds_from_sd(sd: float, pairs: int, rule: Mapping[str, Any], threshold: float
-                   ) -> tuple[int, bool, float]:
+def rounds_from_sd(sd: float, pairs: int, rule: Mapping[str, Any], threshold: float,
+                   before: int = 0) -> tuple[int, bool, float]:
     """A pilot's SD over ``pairs`` paired rounds to the cell's rounds (never fewer than the
     pilot's, within ``rule["min"]``-``rule["max"]``), whether the cap cut them, and the SD they
-    were planned for (``planning_sd``)."""
-    planned = planning_sd(sd, pairs, float(rule.get("assurance", 0.8)))
-    n, capped = rounds_for(planned, float(rule["target"]), threshold,
-                           max(int(rule["min"]), int(rule["pilot"])), int(rule["max"]))
-    return n, capped, planned
+    were planned for (``planning_sd``, widened for rounds correlated at ``ASSUMED_RHO``).
+    ``before``: measured rounds that will not count (another measured set, ``regime_rounds``):
+    the rounds planned are counted after them."""
+    planned = (planning_sd(sd, pairs, float(rule.get("assurance", 0.8)))
+               * math.sqrt(dependence_factor(ASSUMED_RHO)))
+    lo = max(int(rule["min"]), int(rule["pilot"]))
+    hi = int(rule["max"])
+    n, capped = rounds_for(planned, float(rule["target"]), threshold, MIN_ROUNDS,
+                           max(MIN_ROUNDS, hi - before))
+    return min(hi, max(lo, before + n)), capped, planned
 
 
 def plan_rounds(samples: Sequence[Mapping[str, Any]], control: str | None, twin: str | None,
                 rule: Mapping[str, Any], threshold: float, fallback: int,
-                statistic: str = "mean") -> dict[str, Any]:
+                statistic: str = "mean", next_set: Iterable[str] | None = None
+                ) -> dict[str, Any]:
     """At the pilot look (pure): a cell's rounds from its own A/A spread. The per-round SD of
-    log(control/twin) over the pilot's clean rounds sets how many rounds the cell needs to call
+    log(control/twin) over the pilot's clean rounds of one measured set (``regime_rounds``:
+    the rounds since the last retirement) sets how many rounds the cell needs to call
     ``rule["target"]`` with 80 % power (``rounds_for``, within ``rule["min"]``-``rule["max"]``),
-    planned for that SD at its upper ``rule["assurance"]`` confidence limit (``planning_sd``).
-    Only the A/A pair is read, never a comparison the cell reports, so the choice cannot follow
-    an effect (a blinded sample-size re-estimation). No usable pair: ``fallback`` rounds. Never
-    fewer rounds than the pilot's."""
+    planned for that SD at its upper ``rule["assurance"]`` confidence limit (``planning_sd``)
+    and for rounds correlated at ``ASSUMED_RHO``. Those rounds are counted after the rounds the
+    A/A check will not read (before the last retirement; ``next_set``, the rungs that run from
+    now on, says whether one happened at this look). Only the A/A pair is read, never a
+    comparison the cell reports, so the choice cannot follow an effect (a blinded sample-size
+    re-estimation). No usable pair: ``fallback`` rounds. Never fewer rounds than the pilot's."""
     plan: dict[str, Any] = {"pilot": int(rule["pilot"]), "min": int(rule["min"]),
                             "max": int(rule["max"]), "target": float(rule["target"]),
                             "assurance": float(rule.get("assurance", 0.8)),
-                            "alpha": PLAN_ALPHA, "power": POWER, "threshold": threshold}
-    ratios = (paired_ratios(samples, twin, control, statistic) if control and twin else [])
+                            "alpha": PLAN_ALPHA, "power": POWER, "threshold": threshold,
+                            "rho": ASSUMED_RHO}
+    used = regime_rounds(samples, twin, control) if control and twin else []
+    ratios = paired_ratios(samples, twin, control, statistic, used) if used else []
     if len(ratios) < MIN_ROUNDS:
         return {**plan, "sd": None, "rounds": max(fallback, plan["pilot"]), "capped": False,
                 "why": f"no A/A pair over the pilot ({len(ratios)} paired rounds): "
                        f"the fixed {fallback} rounds"}
+    sets = measured_sets(samples)
+    ended = next_set is not None and sets[used[-1]] != frozenset(next_set)
+    before = len(sets) if ended else sum(1 for r in sets if r < used[0])
     sd = float(np.log(np.asarray(ratios, dtype=float)).std(ddof=1))
-    n, capped, planned = rounds_from_sd(sd, len(ratios), plan, threshold)
+    n, capped, planned = rounds_from_sd(sd, len(ratios), plan, threshold, before)
+    after = (f" after the {before} rounds before the last retirement" if before else "")
     return {**plan, "sd": sd, "planning_sd": planned, "pairs": len(ratios), "rounds": n,
-            "capped": capped,
+            "capped": capped, "before": before,
             "why": (f"control/twin per-round SD {sd * 100:.1f} % over {len(ratios)} pilot "
-                    f"rounds ({planned * 100:.1f} % at its upper "
-                    f"{plan['assurance'] * 100:g} % limit): "
-                    + (f"more than {n} rounds needed to call ±{plan['target'] * 100:g} % with "
-                       f"{POWER * 100:.0f} % power; capped at {n}" if capped else
-                       f"{n} rounds call ±{plan['target'] * 100:g} % with "
+                    f"rounds of one measured set ({planned * 100:.1f} % at its upper "
+                    f"{plan['assurance'] * 100:g} % limit, allowing for rounds correlated at "
+                    f"{ASSUMED_RHO:g}): "
+                    + (f"more than {n - before} rounds{after} needed to call "
+                       f"±{plan['target'] * 100:g} % with {POWER * 100:.0f} % power; capped at "
+                       f"{n}" if capped else
+                       f"{n - before} rounds{after} call ±{plan['target'] * 100:g} % with "
                        f"{POWER * 100:.0f} % power"))}

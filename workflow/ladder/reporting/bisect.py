@@ -147,12 +147,14 @@ def cell_path(config: Mapping[str, Any], quant: str, workload: str, threads: int
 
 def judge(doc: Mapping[str, Any], order: Sequence[str], config: Mapping[str, Any]
           ) -> dict[str, Any]:
-    """The step's cell summarized by ladder's rule (its comparisons one BH family)."""
+    """The step's cell summarized by ladder's rule (its comparisons one BH family; one cell's
+    A/A rounds rarely measure the dependence between rounds: ``stats.run_dependence``)."""
     cfg = config["stats"]
+    dependence = stats.run_dependence([doc], "control", order[0], cfg["confidence"])
     cell = stats.summarize_cell(doc, list(order), "control", order[0],
                                 confidence=cfg["confidence"],
                                 resamples=cfg["bootstrap_resamples"], seed=cfg["seed"],
-                                thresholds=cfg.get("threshold"))
+                                thresholds=cfg.get("threshold"), factor=dependence["factor"])
     stats.fdr_adjust([cell], cfg["confidence"])
     return cell
 

@@ -16,7 +16,7 @@ from ladder.analysis.stats import fmt_ratio, phase_of
 
 # the mark a step's verdict gets in the table: called steps carry their ratio beside it
 MARKS = {"faster": "▲", "slower": "▼", "equivalent": "=", "inconclusive": "?",
-         "disturbed": "!", "insufficient data": "·"}
+         "disturbed": "!", "insufficient data": "·", "unjudged": "⊘"}
 
 
 def phase(cell: Mapping[str, Any]) -> str:

@@ -378,17 +378,19 @@ def roofline(cell: Mapping[str, Any], bandwidth_gbps: float | None,
 
 
 def bench_cells(bench_docs: Sequence[Mapping[str, Any]], plan: Mapping[str, Any],
-                stats_cfg: Mapping[str, Any], missing: list[dict[str, str]]
+                stats_cfg: Mapping[str, Any], missing: list[dict[str, str]],
+                factor: float = 1.0
                 ) -> list[dict[str, Any]]:
-    """Every bench cell summarized and judged (``stats.summarize_cell``), sorted; an
-    unreadable or uncombinable cell is listed as missing, never guessed."""
+    """Every bench cell summarized and judged (``stats.summarize_cell``, its standard errors
+    allowing for the run's dependence between rounds, ``factor``), sorted; an unreadable or
+    uncombinable cell is listed as missing, never guessed."""
     cells = []
     for doc in bench_docs:
         try:
             summary = stats.summarize_cell(
                 doc, plan["ladder_order"], plan.get("control"), plan.get("twin"),
                 confidence=stats_cfg["confidence"], resamples=stats_cfg["bootstrap_resamples"],
-                seed=stats_cfg["seed"], thresholds=stats_cfg.get("threshold"))
+                seed=stats_cfg["seed"], thresholds=stats_cfg.get("threshold"), factor=factor)
         except LadderError as exc:
             missing.append({"file": f"bench {doc.get('quant')}/{doc.get('workload')}",
                             "problem": str(exc)})
@@ -466,8 +468,8 @@ def annotate_steps(cells: Sequence[dict[str, Any]], *, plan: Mapping[str, Any],
 
 def provenance_section(*, src: Mapping[str, Any], host_doc: Mapping[str, Any],
                        plan: Mapping[str, Any], ran_on: Any, model_docs: Any,
-                       stats_cfg: Mapping[str, Any], multiplicity: Any, pooled: Any
-                       ) -> dict[str, Any]:
+                       stats_cfg: Mapping[str, Any], multiplicity: Any, pooled: Any,
+                       dependence: Any = None) -> dict[str, Any]:
     return {
         "source": {k: src.get(k) for k in ("identity", "source_id", "upstream_commit",
                                            "upstream_commit_verified",
@@ -479,7 +481,8 @@ def provenance_section(*, src: Mapping[str, Any], host_doc: Mapping[str, Any],
         "models": model_docs,
         "stats": {**dict(stats_cfg), "method": stats.METHOD,
                   "unpaired_method": stats.UNPAIRED_METHOD, "rule": stats.RULE,
-                  "multiplicity": multiplicity, "pooled_checks": pooled},
+                  "multiplicity": multiplicity, "pooled_checks": pooled,
+                  "dependence": dependence},
         "tools": tool_versions(),
     }
 
@@ -516,7 +519,9 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
     build_docs = {b.get("build_key"): b for b in load_each(files("builds"), missing)}
     ev_docs = load_each(files("evidence"), missing)
     bench_docs = load_each(files("bench"), missing)
-    cells = bench_cells(bench_docs, plan, stats_cfg, missing)
+    dependence = stats.run_dependence(bench_docs, plan.get("control"), plan.get("twin"),
+                                      stats_cfg["confidence"])
+    cells = bench_cells(bench_docs, plan, stats_cfg, missing, dependence["factor"])
     multiplicity = stats.fdr_adjust(cells, stats_cfg["confidence"],
                                     floor=(plan.get("ladder_order") or [None])[0])
     pooled = stats.pooled_checks(cells, stats_cfg["confidence"])
@@ -558,7 +563,7 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
             src=src, host_doc=host_doc, plan=plan,
             ran_on=check_ran_on(plan, host_doc, bench_docs),
             model_docs=load_each(files("models"), missing), stats_cfg=stats_cfg,
-            multiplicity=multiplicity, pooled=pooled),
+            multiplicity=multiplicity, pooled=pooled, dependence=dependence),
         "rungs": rungs,
         "evidence": evidence_by_quant,
         "negative_controls": negative_controls(rungs, evidence_by_quant),
