@@ -81,7 +81,8 @@ def metric_cell(doc: Mapping[str, Any], level: str, key: str, ladder: Sequence[s
     return stats.summarize_cell(pseudo, ladder, control, twin,
                                 confidence=stats_cfg["confidence"],
                                 resamples=stats_cfg["bootstrap_resamples"],
-                                seed=stats_cfg["seed"], thresholds=stats_cfg.get("threshold"))
+                                seed=stats_cfg["seed"], thresholds=stats_cfg.get("threshold"),
+                                factor=stats_cfg.get("dependence_factor", 1.0))
 
 
 def interval(values: Sequence[float], confidence: float) -> dict[str, Any]:
@@ -268,7 +269,8 @@ def capacity(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
               "workload_spec": {"n_prompt": doc["spec"]["n_prompt"], "n_gen": 0}}
     cell = stats.summarize_cell(pseudo, ladder, control, twin, confidence=conf,
                                 resamples=stats_cfg["bootstrap_resamples"],
-                                seed=stats_cfg["seed"], thresholds=stats_cfg.get("threshold"))
+                                seed=stats_cfg["seed"], thresholds=stats_cfg.get("threshold"),
+                                factor=stats_cfg.get("dependence_factor", 1.0))
     words = {e["rung"]: censored_words(e) for e in per_rung}
     for comp in cell["steps"] + cell["vs_floor"]:
         if res > 1:

@@ -26,7 +26,8 @@ def _summarize(doc: Mapping[str, Any], ladder: Sequence[str], control: str | Non
     return stats.summarize_cell(doc, ladder, control, twin,
                                 confidence=stats_cfg["confidence"],
                                 resamples=stats_cfg["bootstrap_resamples"], seed=stats_cfg["seed"],
-                                thresholds=stats_cfg.get("threshold"))
+                                thresholds=stats_cfg.get("threshold"),
+                                factor=stats_cfg.get("dependence_factor", 1.0))
 
 
 def summarize_bench_point(doc: Mapping[str, Any], point: Mapping[str, Any],

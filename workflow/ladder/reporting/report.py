@@ -542,9 +542,12 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
     peak = (report_cfg or {}).get("peak_gflops")
     price, price_note = host_price(cost, (plan.get("host") or {}).get("instance"))
     ledger_doc = load_first(files("ledger"), missing)
+    # the sections' comparisons take the run's dependence between rounds too (their 3 rounds
+    # cannot measure it)
+    section_stats = {**stats_cfg, "dependence_factor": dependence["factor"]}
     extra = {s.key: s.builder()(sections.SectionContext(
-        plan=plan, stats_cfg=stats_cfg, files={n: files(n) for n in s.inputs}, missing=missing,
-        price=price))
+        plan=plan, stats_cfg=section_stats, files={n: files(n) for n in s.inputs},
+        missing=missing, price=price))
         for s in sections.SECTIONS}
     hot, kt = extra.get("hotspots"), extra.get("kernel_tests")
     for lc in ledger_doc["cells"] if ledger_doc else []:
