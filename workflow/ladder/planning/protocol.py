@@ -38,9 +38,9 @@ PLAN_ALPHA = 0.05  # the two-sided level the rounds are planned for (stats.confi
 # they are (issue 42). The final analysis measures the dependence of a run's A/A series
 # (``stats.run_dependence``); a look and the pilot, inside one cell, cannot, and allow for this
 # lag-1 autocorrelation of the per-round log ratios (an AR(1) model): the upper 95 % limit of
-# the pooled estimate on this project's real A/A rounds, +0.063 over 978 pairs of rounds in 42
-# cells of 4 runs (estimate +0.000; measurements/dependence.py, docs/moderate-effects.md).
-ASSUMED_RHO = 0.07
+# the pooled estimate on this project's real A/A rounds, +0.050 over 1550 pairs of rounds in 66
+# cells of 6 runs (estimate +0.001; measurements/dependence.py, docs/moderate-effects.md).
+ASSUMED_RHO = 0.05
 
 # What one round of one rung is worth, from its process's llama-bench repetitions (-r): every
 # repetition is kept as a sample; the statistic is chosen by measurement
