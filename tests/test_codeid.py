@@ -213,9 +213,8 @@ def test_the_package_init_is_no_module_of_any_rule():
 
 
 LAYERS = ("core", "preparing", "planning", "measuring", "analysis", "reporting")
-# the imports against the layers' order still left: config's start-up checks call bench's and
-# quality's
-UPWARD = {("config", "bench"), ("config", "quality")}
+# the imports against the layers' order still left: config's start-up checks call quality's
+UPWARD = {("config", "quality")}
 
 
 def test_an_import_for_the_type_checker_alone_is_no_part_of_a_rules_code():

@@ -96,20 +96,6 @@ def check_placement(seen: Sequence[int] | None, want: Sequence[int] | None, wher
                           f"{sorted(seen)}, the cell's set is {list(want)}")
 
 
-def check_repetitions(reps: int | str, warmup_rounds: int, statistic: str) -> None:
-    """repetitions auto calibrates from the warmup round and takes the mean (a best of 5 against
-    a best of 1 would be biased): at start-up (config.check_config) and per cell."""
-    if reps != "auto":
-        return
-    if warmup_rounds < 1:
-        raise LadderError("measure.repetitions: auto calibrates from the warmup round; "
-                          "set measure.warmup_rounds to 1 or more")
-    if statistic != "mean":
-        raise LadderError(f"measure.round_statistic: {statistic!r} with measure.repetitions "
-                          "auto would compare a best (or median) of several repetitions with one "
-                          "of one; auto takes the mean")
-
-
 DEFAULT_DISTURBANCE = {"foreign_cpu_max": 0.10, "steal_max": 0.05, "max_remeasure": 3}
 
 
@@ -163,8 +149,6 @@ def calibrated_repetitions(samples: Sequence[Mapping[str, Any]], rungs: Sequence
 
 
 DEFAULT_RETIRE = {"enabled": True, "looks": [3, 5, 10], "alpha": protocol.INTERIM_ALPHA}
-DEFAULT_ROUNDS_FROM_NOISE = {"enabled": False, "pilot": 10, "min": 12, "max": 28,
-                             "assurance": 0.8, "target": {"prefill": 0.10, "decode": 0.05}}
 phase_of = protocol.phase_of
 
 
@@ -408,7 +392,7 @@ def make_policy(*, rounds: int, reps: int | str, warmup: bool, timeout_s: float,
                 auto_repetitions: Mapping[str, Any] | None, own_cpus: int | None,
                 rounds_from_noise: Mapping[str, Any] | None = None) -> Policy:
     statistic = protocol.checked_statistic(round_statistic)
-    check_repetitions(reps, warmup_rounds, statistic)
+    protocol.check_repetitions(reps, warmup_rounds, statistic)
     phase = phase_of(workload)
     delta = protocol.threshold_for(thresholds, phase)
     return Policy(
@@ -418,27 +402,7 @@ def make_policy(*, rounds: int, reps: int | str, warmup: bool, timeout_s: float,
         limits={**DEFAULT_DISTURBANCE, **(disturbance or {})},
         retire={**DEFAULT_RETIRE, **(retire or {})},
         delta=delta, cpu_list=cpu_set(threads, cpus, job_cpus=own_cpus), own_cpus=own_cpus,
-        rounds_rule=check_rounds_rule(rounds_from_noise, phase, delta))
-
-
-def check_rounds_rule(rounds_from_noise: Mapping[str, Any] | None, phase: str, delta: float
-                      ) -> dict[str, Any] | None:
-    """measure.rounds_from_noise (over its defaults) for one cell's phase (None when off): a
-    pilot of at least 3 rounds, min <= max >= pilot, and a target beyond the threshold δ (no
-    effect under δ is ever called, so no number of rounds calls it)."""
-    rule = {**DEFAULT_ROUNDS_FROM_NOISE, **(rounds_from_noise or {})}
-    if not rule["enabled"]:
-        return None
-    pilot, lo, hi = int(rule["pilot"]), int(rule["min"]), int(rule["max"])
-    where = f"measure.rounds_from_noise (pilot {pilot}, min {lo}, max {hi})"
-    if pilot < protocol.MIN_ROUNDS or lo > hi or pilot > hi:
-        raise LadderError(f"{where}: needs pilot >= {protocol.MIN_ROUNDS}, min <= max and "
-                          "pilot <= max")
-    target = protocol.threshold_for(rule["target"], phase)
-    if target <= delta:
-        raise LadderError(f"{where}: target {target:g} for {phase} is not beyond the threshold "
-                          f"{delta:g} (measure.retire.threshold): no rounds can call it")
-    return {**rule, "target": target}
+        rounds_rule=protocol.check_rounds_rule(rounds_from_noise, phase, delta))
 
 
 def measure(*, quant: str, workload_name: str, workload: Mapping[str, Any], threads: int,

@@ -12,14 +12,13 @@ import yaml
 from snakemake.utils import validate
 
 from ladder.preparing import emulation
-from ladder.measuring.bench import check_repetitions, check_rounds_rule
 from ladder.preparing.build import missing_tools
 from ladder.core.cost import host_price
 from ladder.core.errors import LadderError
 from ladder.core.hosts import Host
 from ladder.core.kernels import load_families
 from ladder.preparing.model import check_models
-from ladder.planning.protocol import threshold_for
+from ladder.planning.protocol import check_repetitions, check_rounds_rule, threshold_for
 from ladder.measuring.quality import check_settings
 from ladder.preparing.recipes import Rung, quantizer_recipe, rungs_from_config
 

@@ -278,3 +278,41 @@ def plan_rounds(samples: Sequence[Mapping[str, Any]], control: str | None, twin:
                        f"{n}" if capped else
                        f"{n - before} rounds{after} call ±{plan['target'] * 100:g} % with "
                        f"{POWER * 100:.0f} % power"))}
+
+
+DEFAULT_ROUNDS_FROM_NOISE = {"enabled": False, "pilot": 10, "min": 12, "max": 28,
+                             "assurance": 0.8, "target": {"prefill": 0.10, "decode": 0.05}}
+
+
+def check_repetitions(reps: int | str, warmup_rounds: int, statistic: str) -> None:
+    """repetitions auto calibrates from the warmup round and takes the mean (a best of 5 against
+    a best of 1 would be biased): at start-up (config.check_config) and per cell."""
+    if reps != "auto":
+        return
+    if warmup_rounds < 1:
+        raise LadderError("measure.repetitions: auto calibrates from the warmup round; "
+                          "set measure.warmup_rounds to 1 or more")
+    if statistic != "mean":
+        raise LadderError(f"measure.round_statistic: {statistic!r} with measure.repetitions "
+                          "auto would compare a best (or median) of several repetitions with one "
+                          "of one; auto takes the mean")
+
+
+def check_rounds_rule(rounds_from_noise: Mapping[str, Any] | None, phase: str, delta: float
+                      ) -> dict[str, Any] | None:
+    """measure.rounds_from_noise (over its defaults) for one cell's phase (None when off): a
+    pilot of at least 3 rounds, min <= max >= pilot, and a target beyond the threshold δ (no
+    effect under δ is ever called, so no number of rounds calls it)."""
+    rule = {**DEFAULT_ROUNDS_FROM_NOISE, **(rounds_from_noise or {})}
+    if not rule["enabled"]:
+        return None
+    pilot, lo, hi = int(rule["pilot"]), int(rule["min"]), int(rule["max"])
+    where = f"measure.rounds_from_noise (pilot {pilot}, min {lo}, max {hi})"
+    if pilot < MIN_ROUNDS or lo > hi or pilot > hi:
+        raise LadderError(f"{where}: needs pilot >= {MIN_ROUNDS}, min <= max and "
+                          "pilot <= max")
+    target = threshold_for(rule["target"], phase)
+    if target <= delta:
+        raise LadderError(f"{where}: target {target:g} for {phase} is not beyond the threshold "
+                          f"{delta:g} (measure.retire.threshold): no rounds can call it")
+    return {**rule, "target": target}
