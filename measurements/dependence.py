@@ -54,7 +54,7 @@ def load(dirs: Sequence[str]) -> list[dict[str, Any]]:
             doc = json.loads(f.read_text())
             if doc.get("format") != "ladder-samples/1" or not doc.get("samples"):
                 continue
-            samples = [s for s in doc["samples"] if not s.get("warmup") and not s.get("disturbed")]
+            samples = protocol.clean_samples(doc["samples"])
             if not {CONTROL, TWIN} <= {s["rung"] for s in samples}:
                 continue
             phase = protocol.phase_of(doc["workload_spec"])

@@ -78,11 +78,7 @@ def metric_cell(doc: Mapping[str, Any], level: str, key: str, ladder: Sequence[s
         {"n_prompt": 0, "n_gen": doc["spec"]["n_gen"]}
     pseudo = {"quant": doc["quant"], "workload": f"{level} {LABELS[key]}",
               "threads": doc["threads"], "samples": samples, "workload_spec": spec}
-    return stats.summarize_cell(pseudo, ladder, control, twin,
-                                confidence=stats_cfg["confidence"],
-                                resamples=stats_cfg["bootstrap_resamples"],
-                                seed=stats_cfg["seed"], thresholds=stats_cfg.get("threshold"),
-                                factor=stats_cfg.get("dependence_factor", 1.0))
+    return stats.summarize(pseudo, ladder, control, twin, stats_cfg)
 
 
 def interval(values: Sequence[float], confidence: float) -> dict[str, Any]:
@@ -267,10 +263,7 @@ def capacity(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
     pseudo = {"quant": doc["quant"], "workload": f"capacity ({d['what']})",
               "threads": doc["threads"], "samples": samples,
               "workload_spec": {"n_prompt": doc["spec"]["n_prompt"], "n_gen": 0}}
-    cell = stats.summarize_cell(pseudo, ladder, control, twin, confidence=conf,
-                                resamples=stats_cfg["bootstrap_resamples"],
-                                seed=stats_cfg["seed"], thresholds=stats_cfg.get("threshold"),
-                                factor=stats_cfg.get("dependence_factor", 1.0))
+    cell = stats.summarize(pseudo, ladder, control, twin, stats_cfg, confidence=conf)
     words = {e["rung"]: censored_words(e) for e in per_rung}
     for comp in cell["steps"] + cell["vs_floor"]:
         if res > 1:

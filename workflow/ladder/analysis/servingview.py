@@ -21,15 +21,6 @@ if TYPE_CHECKING:  # an annotation only: the views never import the report's reg
 
 
 # --- the report's serving section ----------------------------------------------------------------
-def _summarize(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
-               twin: str | None, stats_cfg: Mapping[str, Any]) -> dict[str, Any]:
-    return stats.summarize_cell(doc, ladder, control, twin,
-                                confidence=stats_cfg["confidence"],
-                                resamples=stats_cfg["bootstrap_resamples"], seed=stats_cfg["seed"],
-                                thresholds=stats_cfg.get("threshold"),
-                                factor=stats_cfg.get("dependence_factor", 1.0))
-
-
 def summarize_bench_point(doc: Mapping[str, Any], point: Mapping[str, Any],
                           plan: Mapping[str, Any], stats_cfg: Mapping[str, Any]) -> dict[str, Any]:
     """One point's cell. A point on one rung (the toggle, a lever) is judged by its own ladder
@@ -37,7 +28,7 @@ def summarize_bench_point(doc: Mapping[str, Any], point: Mapping[str, Any],
     ladder, control, twin = plan["ladder_order"], plan.get("control"), plan.get("twin")
     if point.get("ladder"):
         ladder, control, twin = list(point["ladder"]), point["control"], point["twin"]
-    cell = _summarize(doc, ladder, control, twin, stats_cfg)
+    cell = stats.summarize(doc, ladder, control, twin, stats_cfg)
     out = {**{k: point[k] for k in ("experiment", "point", "x", "phase", "spec")},
            "threads": doc["threads"], "cell": cell, "rung_status": doc["rungs"]}
     if point.get("lever"):
@@ -91,7 +82,7 @@ def summarize_prefix(doc: Mapping[str, Any], plan: Mapping[str, Any],
                      stats_cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Kernel ladder on cold TTFT; prefix cache = warm vs cold on each rung, same floor."""
     cold = {**doc, "samples": [s for s in doc["samples"] if s["kind"] == "cold"]}
-    ladder_cell = _summarize(cold, plan["ladder_order"], plan.get("control"), plan.get("twin"),
+    ladder_cell = stats.summarize(cold, plan["ladder_order"], plan.get("control"), plan.get("twin"),
                              stats_cfg)
     nf = ladder_cell["noise_floor"]
     cache = []
@@ -167,7 +158,7 @@ def summarize_concurrency(doc: Mapping[str, Any], plan: Mapping[str, Any],
     for p in sorted({s["parallel"] for s in doc["samples"]}):
         sub = {**doc, "workload": f"parallel{p}",
                "samples": [s for s in doc["samples"] if s["parallel"] == p]}
-        cell = _summarize(sub, plan["ladder_order"], plan.get("control"), plan.get("twin"),
+        cell = stats.summarize(sub, plan["ladder_order"], plan.get("control"), plan.get("twin"),
                           stats_cfg)
         latency = {}
         for name in cell["rungs"]:

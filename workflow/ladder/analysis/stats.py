@@ -23,7 +23,8 @@ Which rounds, and how independent (issue 42): a comparison reads the rounds in w
 measured one set of rungs (``protocol.regime_rounds``: the A/A check and the steps above the
 floor the rounds after the floor retired, a comparison with the floor the rounds it ran in), and
 every standard error allows for the dependence between rounds the run's A/A pairs show
-(``run_dependence``: their pooled lag-1 autocorrelation, an AR(1) variance factor).
+(``run_dependence``: their autocorrelations at lags 1-3 pooled over the cells, a variance
+factor).
 
 The control and its twin (one build under two labels, interleaved like the rest) are a *check*,
 not a band: a control/twin interval that excludes 1 means the cell measured one build as
@@ -54,6 +55,7 @@ from ladder.planning.protocol import (
     POWER,
     ROUND_STATISTICS,
     checked_statistic,
+    clean_samples,
     comparisons,
     dependence_factor,
     paired_ratios,
@@ -448,12 +450,12 @@ def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str |
     """Per-rung summaries, the A/A check and figures, and the step verdicts of one measured
     cell, each comparison judged on its own (``fdr_adjust`` then adjusts across the run) over
     its rounds of one measured set (``steady_ratios``), its variances ``factor`` times those of
-    independent rounds (the run's dependence, ``run_dependence``). In a cell whose control check failed
-    only gross steps are judged (``judge``)."""
+    independent rounds (the run's dependence, ``run_dependence``). In a cell whose control
+    check failed only gross steps are judged (``judge``)."""
     statistic = round_statistic(doc)
     check_combinable(doc)
     # a disturbed attempt was measured again (bench.measure): its samples never count
-    samples = [s for s in doc["samples"] if not s.get("warmup") and not s.get("disturbed")]
+    samples = clean_samples(doc["samples"])
     dist = doc.get("disturbance") or {}
     unresolved = list(dist.get("unresolved") or [])
     measured = {s["rung"] for s in samples}
@@ -502,6 +504,25 @@ def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str |
     }
 
 
+def summarize(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
+              twin: str | None, stats_cfg: Mapping[str, Any],
+              confidence: float | None = None) -> dict[str, Any]:
+    """``summarize_cell`` with the run's statistics settings (the config's ``stats`` block and
+    the run's ``dependence_factor``, ``with_dependence``)."""
+    return summarize_cell(doc, ladder, control, twin,
+                          confidence=confidence or stats_cfg["confidence"],
+                          resamples=stats_cfg["bootstrap_resamples"], seed=stats_cfg["seed"],
+                          thresholds=stats_cfg.get("threshold"),
+                          factor=stats_cfg.get("dependence_factor", 1.0))
+
+
+def with_dependence(stats_cfg: Mapping[str, Any], dependence: Mapping[str, Any]
+                    ) -> dict[str, Any]:
+    """The statistics settings a run's summaries take: the config's, and the variance factor
+    its A/A pairs measured (``run_dependence``)."""
+    return {**stats_cfg, "dependence_factor": dependence["factor"]}
+
+
 MIN_LAG_PAIRS = 30  # fewer pooled lag-1 pairs: the run's dependence is not estimated
 LAGS = 3  # the lags whose autocorrelations the run's variance factor sums
 MIN_SERIES = 10  # a shorter A/A series does not enter the pool (its bias correction explodes)
@@ -512,8 +533,7 @@ def aa_series(doc: Mapping[str, Any], control: str | None, twin: str | None) -> 
     measured set (what its control check reads)."""
     if not (control and twin):
         return []
-    samples = [s for s in doc.get("samples") or []
-               if not s.get("warmup") and not s.get("disturbed")]
+    samples = clean_samples(doc.get("samples") or [])
     return [math.log(x) for x in steady_ratios(samples, twin, control, round_statistic(doc))]
 
 
@@ -546,7 +566,8 @@ def run_dependence(docs: Iterable[Mapping[str, Any]], control: str | None, twin:
         rounds += len(x)
     out: dict[str, Any] = {"cells": cells, "pairs": pairs, "lags": LAGS,
                            "method": f"autocorrelations at lags 1-{LAGS} of the A/A log ratios, "
-                                     "pooled over the run's cells; variance factor 1 + 2·Σρ"}
+                                     "pooled over the run's cells; variance factor "
+                                     f"(1 + 2·Σr) / (1 - {2 * LAGS}/n)"}
     if pairs < MIN_LAG_PAIRS or num[0] <= 0:
         factor = dependence_factor(ASSUMED_RHO)
         out.update(rho=None, ci=None, factor=factor, measured=False,

@@ -152,11 +152,6 @@ DEFAULT_RETIRE = {"enabled": True, "looks": [3, 5, 10], "alpha": protocol.INTERI
 phase_of = protocol.phase_of
 
 
-def clean_samples(samples: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The samples a look may read: no warmup round, no disturbed attempt."""
-    return [s for s in samples if not s.get("warmup") and not s.get("disturbed")]
-
-
 def retire_at_look(samples: Sequence[Mapping[str, Any]], ladder: Sequence[str],
                    keep: Sequence[str | None], threshold: float, rule: Mapping[str, Any],
                    statistic: str = "mean") -> set[str]:
@@ -164,8 +159,8 @@ def retire_at_look(samples: Sequence[Mapping[str, Any]], ladder: Sequence[str],
     take part in is a gross step already called at the strict interim level (Haybittle-Peto;
     ``protocol.retirable``). The rounds are fixed; nothing else ends a cell early, so an A/A pair
     or a small step that looks equivalent or inconclusive keeps running to the last round."""
-    return protocol.retirable(clean_samples(samples), ladder, [k for k in keep if k], threshold,
-                              float(rule["alpha"]), statistic)
+    return protocol.retirable(protocol.clean_samples(samples), ladder, [k for k in keep if k],
+                              threshold, float(rule["alpha"]), statistic)
 
 
 @dataclass
@@ -375,7 +370,7 @@ def pilot(cell: Cell, policy: Policy, measured: int) -> None:
     if not rule or measured != int(rule["pilot"]):
         return
     _, control, twin = cell.roles()
-    clean = clean_samples(cell.samples)
+    clean = protocol.clean_samples(cell.samples)
     sets = protocol.measured_sets(clean)
     running = (sets[max(sets)] - set(cell.retired)) if sets else frozenset()
     plan = protocol.plan_rounds(clean, control, twin, rule, policy.delta, policy.rounds,

@@ -54,6 +54,12 @@ def checked_statistic(name: str) -> str:
     return name
 
 
+def clean_samples(samples: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The samples a look, the pilot or the analysis reads: no warmup round, no disturbed
+    attempt (it was measured again)."""
+    return [s for s in samples if not s.get("warmup") and not s.get("disturbed")]
+
+
 def per_round_means(samples: Iterable[Mapping[str, Any]], rung: str,
                     statistic: str = "mean") -> dict[int, float]:
     """One value per round for ``rung``: ``statistic`` (mean, median, or best = the fastest) of
@@ -87,11 +93,10 @@ def measured_sets(samples: Iterable[Mapping[str, Any]]) -> dict[int, frozenset[s
 def regime_rounds(samples: Sequence[Mapping[str, Any]], base: str, other: str) -> list[int]:
     """The rounds a comparison of ``base`` and ``other`` is judged on (issue 42): those in which
     both were measured *and* the cell measured the same set of rungs as in the last such round.
-    While the slow floor still runs, a rung that follows it in a round's order is measured in
-    another state of the machine (a carried-over offset that persists over those few rounds,
-    measured on real runs: measurements/dependence.py), so the control/twin check and the steps
-    above the floor read the rounds after the floor retired, and the comparisons with the floor
-    the rounds it ran in. Fewer than ``MIN_ROUNDS`` such rounds: every round with both."""
+    While the slow floor still runs, a rung that follows it in a round's order may be measured
+    in another state of the machine (seen in one real run, not beyond chance over six:
+    docs/moderate-effects.md), so the control/twin check and the steps above the floor read the
+    rounds after the floor retired, and the comparisons with the floor the rounds it ran in. Fewer than ``MIN_ROUNDS`` such rounds: every round with both."""
     sets = measured_sets(samples)
     both = sorted(r for r, v in sets.items() if base in v and other in v)
     if not both:

@@ -149,12 +149,9 @@ def judge(doc: Mapping[str, Any], order: Sequence[str], config: Mapping[str, Any
           ) -> dict[str, Any]:
     """The step's cell summarized by ladder's rule (its comparisons one BH family; one cell's
     A/A rounds rarely measure the dependence between rounds: ``stats.run_dependence``)."""
-    cfg = config["stats"]
-    dependence = stats.run_dependence([doc], "control", order[0], cfg["confidence"])
-    cell = stats.summarize_cell(doc, list(order), "control", order[0],
-                                confidence=cfg["confidence"],
-                                resamples=cfg["bootstrap_resamples"], seed=cfg["seed"],
-                                thresholds=cfg.get("threshold"), factor=dependence["factor"])
+    cfg = stats.with_dependence(config["stats"], stats.run_dependence(
+        [doc], "control", order[0], config["stats"]["confidence"]))
+    cell = stats.summarize(doc, list(order), "control", order[0], cfg)
     stats.fdr_adjust([cell], cfg["confidence"])
     return cell
 

@@ -378,19 +378,16 @@ def roofline(cell: Mapping[str, Any], bandwidth_gbps: float | None,
 
 
 def bench_cells(bench_docs: Sequence[Mapping[str, Any]], plan: Mapping[str, Any],
-                stats_cfg: Mapping[str, Any], missing: list[dict[str, str]],
-                factor: float = 1.0
+                stats_cfg: Mapping[str, Any], missing: list[dict[str, str]]
                 ) -> list[dict[str, Any]]:
-    """Every bench cell summarized and judged (``stats.summarize_cell``, its standard errors
-    allowing for the run's dependence between rounds, ``factor``), sorted; an unreadable or
-    uncombinable cell is listed as missing, never guessed."""
+    """Every bench cell summarized and judged (``stats.summarize``: with the run's dependence
+    between rounds when ``stats_cfg`` carries it), sorted; an unreadable or uncombinable cell
+    is listed as missing, never guessed."""
     cells = []
     for doc in bench_docs:
         try:
-            summary = stats.summarize_cell(
-                doc, plan["ladder_order"], plan.get("control"), plan.get("twin"),
-                confidence=stats_cfg["confidence"], resamples=stats_cfg["bootstrap_resamples"],
-                seed=stats_cfg["seed"], thresholds=stats_cfg.get("threshold"), factor=factor)
+            summary = stats.summarize(doc, plan["ladder_order"], plan.get("control"),
+                                      plan.get("twin"), stats_cfg)
         except LadderError as exc:
             missing.append({"file": f"bench {doc.get('quant')}/{doc.get('workload')}",
                             "problem": str(exc)})
@@ -521,7 +518,9 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
     bench_docs = load_each(files("bench"), missing)
     dependence = stats.run_dependence(bench_docs, plan.get("control"), plan.get("twin"),
                                       stats_cfg["confidence"])
-    cells = bench_cells(bench_docs, plan, stats_cfg, missing, dependence["factor"])
+    # every summary of the run (its sections' too) takes the dependence its A/A pairs measured
+    run_stats = stats.with_dependence(stats_cfg, dependence)
+    cells = bench_cells(bench_docs, plan, run_stats, missing)
     multiplicity = stats.fdr_adjust(cells, stats_cfg["confidence"],
                                     floor=(plan.get("ladder_order") or [None])[0])
     pooled = stats.pooled_checks(cells, stats_cfg["confidence"])
@@ -542,11 +541,8 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
     peak = (report_cfg or {}).get("peak_gflops")
     price, price_note = host_price(cost, (plan.get("host") or {}).get("instance"))
     ledger_doc = load_first(files("ledger"), missing)
-    # the sections' comparisons take the run's dependence between rounds too (their 3 rounds
-    # cannot measure it)
-    section_stats = {**stats_cfg, "dependence_factor": dependence["factor"]}
     extra = {s.key: s.builder()(sections.SectionContext(
-        plan=plan, stats_cfg=section_stats, files={n: files(n) for n in s.inputs},
+        plan=plan, stats_cfg=run_stats, files={n: files(n) for n in s.inputs},
         missing=missing, price=price))
         for s in sections.SECTIONS}
     hot, kt = extra.get("hotspots"), extra.get("kernel_tests")
