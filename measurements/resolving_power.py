@@ -60,10 +60,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 from ladder.core import parse
 from ladder.planning import protocol
 from ladder.analysis import stats
-from ladder.measuring.bench import DEFAULT_DISTURBANCE, bench_argv, check_placement, disturbed
+from ladder.measuring.bench import bench_argv
+from ladder.measuring.harness import check_placement, disturbed
+from ladder.planning.config import schema_defaults
 from ladder.core.io import atomic_write_json, atomic_write_text
 from ladder.core.machine import cpu_set
 from ladder.core.run import run
+
+DISTURBANCE = schema_defaults(Path(__file__).resolve().parents[1] / "workflow" / "schemas"
+                              / "config.schema.yaml", "measure")["disturbance"]
 
 WORKLOADS = {"pp32": {"n_prompt": 32, "n_gen": 0}, "pp128": {"n_prompt": 128, "n_gen": 0},
              "tg64": {"n_prompt": 0, "n_gen": 64}, "pp16": {"n_prompt": 16, "n_gen": 0},
@@ -103,7 +108,7 @@ def measure(a: argparse.Namespace) -> Path:
                         "tokens_per_s": float(np.mean(rec["samples_ts"])),
                         "samples_ts": rec["samples_ts"], "wall_s": round(res.wall_s, 3),
                         "cpus": where, "cpus_seen": res.cpus_seen,
-                        "disturbed": disturbed(res.machine, DEFAULT_DISTURBANCE),
+                        "disturbed": disturbed(res.machine, DISTURBANCE),
                         "machine": res.machine})
         atomic_write_json(series_file, {"labels": labels, "threads": a.threads, "cpus": cpus,
                                         "unpinned_labels": a.unpinned_labels,

@@ -35,9 +35,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
 from ladder.core import parse
-from ladder.measuring.bench import DEFAULT_DISTURBANCE, bench_argv, disturbed
+from ladder.measuring.bench import bench_argv
+from ladder.measuring.harness import disturbed
+from ladder.planning.config import schema_defaults
 from ladder.core.io import atomic_write_json, atomic_write_text
 from ladder.core.run import run
+
+DISTURBANCE = schema_defaults(Path(__file__).resolve().parents[1] / "workflow" / "schemas"
+                              / "config.schema.yaml", "measure")["disturbance"]
 
 STATS = {
     "first": lambda v: v[0],
@@ -60,7 +65,7 @@ def one(bin_dir: str, model: str, wl: dict[str, int], threads: int, reps: int,
         raise SystemExit(f"{stem}: llama-bench failed: {res.failure()}")
     rec = parse.bench_records(res.stdout, f"{stem}.json")[0]
     return {"ts": [float(x) for x in rec["samples_ts"]], "wall_s": res.wall_s,
-            "cpu_s": res.cpu_s, "disturbed": disturbed(res.machine, DEFAULT_DISTURBANCE),
+            "cpu_s": res.cpu_s, "disturbed": disturbed(res.machine, DISTURBANCE),
             "machine": res.machine}
 
 

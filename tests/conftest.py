@@ -13,6 +13,15 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
+def measure_block(**over) -> dict:
+    """The ``measure`` settings as the schema fills them in, with ``over`` on top: what a bench
+    cell's policy is built from (``harness.policy_from``); no default lives outside the schema."""
+    from ladder.planning.config import schema_defaults
+
+    return {**schema_defaults(ROOT / "workflow" / "schemas" / "config.schema.yaml", "measure"),
+            **over}
+
+
 @pytest.fixture
 def default_config() -> dict:
     return copy.deepcopy(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))

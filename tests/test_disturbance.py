@@ -1,6 +1,6 @@
 """Issue 18: a disturbed round is noticed per run and measured again, never averaged in.
 
-The judgement is pure (ladder.measuring.bench.disturbed, ladder.core.run.machine_share). The runner test below
+The judgement is pure (ladder.measuring.harness.disturbed, ladder.core.run.machine_share). The runner test below
 replays a real llama-bench JSON (tests/fixtures/x86_64/llama-bench-amx-q4_0-tg8.json) from a
 stand-in binary that spins one CPU for 0.4 s, while a real CPU hog competes for the machine's
 CPUs during the first round: what is under test is the runner's bookkeeping, not llama-bench.
@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import measure_block
 from ladder.analysis import stats
-from ladder.measuring.bench import check_placement, disturbed, measure
+from ladder.measuring.bench import bench_cell, measure
+from ladder.measuring.harness import Paths, check_placement, disturbed
 from ladder.core.errors import LadderError
 from ladder.core.machine import cpu_set
 from ladder.core.run import machine_share
@@ -108,15 +110,21 @@ def _jittering_stand_in(tmp_path, scaled: bool):
         "print(json.dumps(d))\n"))
 
 
+def _measure(tmp_path, model, rungs, **block):
+    """bench.measure on a tg8 cell of 2 threads, seed 1, no warmup round, over the schema's
+    measure defaults."""
+    block = measure_block(**{"seed": 1, "warmup": False, "timeout_s": 60, "warmup_rounds": 0,
+                             **block})
+    return measure(bench_cell("q4_0", "tg8", {"n_prompt": 0, "n_gen": 8}, 2, str(model)),
+                   rungs, block, Paths(str(model), str(tmp_path / "raw"),
+                                       str(tmp_path / "out.json"), str(tmp_path / "log")))
+
+
 def _retiring_measure(tmp_path, prov, model, rungs, rounds, **kw):
-    """bench.measure on a tg8 cell with fixed rounds and the default early looks (3, 5),
+    """bench.measure on a tg8 cell with fixed rounds and the default early looks (3, 5, 10),
     disturbance checks off."""
-    return measure(quant="q4_0", workload_name="tg8", workload={"n_prompt": 0, "n_gen": 8},
-                   threads=2, rungs=rungs, model_meta=str(model), rounds=rounds, reps=1, seed=1,
-                   warmup=False, timeout_s=60, raw_dir=str(tmp_path / "raw"),
-                   out_json=str(tmp_path / "out.json"), log=str(tmp_path / "log"),
-                   warmup_rounds=0,
-                   disturbance={**LIMITS, "foreign_cpu_max": 1.0, "steal_max": 1.0}, **kw)
+    return _measure(tmp_path, model, rungs, rounds=rounds,
+                    disturbance={**LIMITS, "foreign_cpu_max": 1.0, "steal_max": 1.0}, **kw)
 
 
 def test_a_cell_runs_its_fixed_rounds_and_records_where(tmp_path):
@@ -161,7 +169,8 @@ def test_the_pilot_chooses_a_cells_rounds(tmp_path):
     """measure.rounds_from_noise, through real processes (the stand-in): a quiet A/A pair (one
     JSON for every rung: every ratio exactly 1) gets the minimum after its pilot; a control that
     wanders ±40 % gets the cap, said in the cell's rounds_plan."""
-    rule = {"enabled": True, "pilot": 3, "min": 4, "max": 5, "target": 0.05}
+    rule = {**measure_block()["rounds_from_noise"], "enabled": True, "pilot": 3, "min": 4,
+            "max": 5, "target": 0.05}
     _, prov, model = _jittering_stand_in(tmp_path, scaled=False)
     for jitter, want, capped in (("", 4, False), ("0.4", 5, True)):
         env = {"native_repack": {}, "control": {"JITTER": jitter} if jitter else {}}
@@ -218,11 +227,7 @@ def test_a_disturbed_round_is_measured_again(tmp_path):
             for _ in range(os.cpu_count() or 2)]
     time.sleep(0.1)
     try:
-        doc = measure(quant="q4_0", workload_name="tg8", workload={"n_prompt": 0, "n_gen": 8},
-                      threads=2, rungs=rungs, model_meta=str(model), rounds=3, reps=1, seed=1,
-                      warmup=False, timeout_s=60, raw_dir=str(tmp_path / "raw"),
-                      out_json=str(tmp_path / "out.json"), log=str(tmp_path / "log"),
-                      warmup_rounds=0, disturbance=LIMITS)
+        doc = _measure(tmp_path, model, rungs, rounds=3, disturbance=LIMITS)
     finally:
         for h in hogs:
             h.wait()
@@ -276,13 +281,9 @@ def test_auto_repetitions_run_each_rungs_own_count(tmp_path):
     rungs = [{"name": n, "provenance": str(prov), "runtime": {}, "env": {"REP_S": env[n]},
               "bench_argv": [], "twin_of": "native_repack" if n == "control" else None}
              for n in env]
-    doc = measure(quant="q4_0", workload_name="tg8", workload={"n_prompt": 0, "n_gen": 8},
-                  threads=2, rungs=rungs, model_meta=str(model), rounds=2, reps="auto", seed=1,
-                  warmup=False, timeout_s=60, raw_dir=str(tmp_path / "raw"),
-                  out_json=str(tmp_path / "out.json"), log=str(tmp_path / "log"),
-                  warmup_rounds=1,
-                  disturbance={**LIMITS, "foreign_cpu_max": 1.0, "steal_max": 1.0},
-                  auto_repetitions={"min_seconds": 2, "max": 5})
+    doc = _measure(tmp_path, model, rungs, rounds=2, repetitions="auto", warmup_rounds=1,
+                   disturbance={**LIMITS, "foreign_cpu_max": 1.0, "steal_max": 1.0},
+                   auto_repetitions={"min_seconds": 2, "max": 5})
     assert doc["repetitions"] == "auto" and doc["repetitions_by_rung"] == {
         "floor": 1, "native_repack": 4, "control": 4}
     clean = [s for s in doc["samples"] if not s["disturbed"]]  # this machine may be busy
@@ -295,8 +296,5 @@ def test_auto_repetitions_run_each_rungs_own_count(tmp_path):
     raw = next((tmp_path / "raw").glob("round01*-native_repack.stderr.log")).read_text()
     assert " -r 4 " in raw.splitlines()[0]
     with pytest.raises(Exception, match="auto takes the mean"):
-        measure(quant="q4_0", workload_name="tg8", workload={"n_gen": 8}, threads=2,
-                rungs=rungs, model_meta=str(model), rounds=2, reps="auto", seed=1,
-                warmup=False, timeout_s=60, raw_dir=str(tmp_path / "raw2"),
-                out_json=str(tmp_path / "o2.json"), log=str(tmp_path / "log2"),
-                round_statistic="best")
+        _measure(tmp_path / "2", model, rungs, rounds=2, repetitions="auto", warmup_rounds=1,
+                 round_statistic="best")

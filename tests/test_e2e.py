@@ -894,6 +894,8 @@ def test_a_server_killed_mid_load_is_named_and_counted(report, run_dir, tmp_path
     import threading
     import time
 
+    from conftest import measure_block
+    from ladder.measuring.harness import Paths
     from ladder.measuring.serveload import measure_load
 
     builds = {r["name"]: r["build_key"] for r in report["rungs"]}
@@ -920,14 +922,18 @@ def test_a_server_killed_mid_load_is_named_and_counted(report, run_dir, tmp_path
 
     t = threading.Thread(target=killer, daemon=True)
     t.start()
-    settings = {"load": {"n_prompt": 8, "n_gen": 4, "concurrency": [1, 2], "rates": [],
-                         "requests": 3, "request_timeout_s": 20, "level_max_s": 60,
-                         "limits": {"ttft_ms": None, "tpot_ms": None, "e2el_ms": None},
-                         "agent": {"enabled": False}, "server_args": [],
-                         "metrics_every_s": 0.5, "ready_timeout_s": 60}}
+    load = {"n_prompt": 8, "n_gen": 4, "concurrency": [1, 2], "rates": [],
+            "requests": 3, "request_timeout_s": 20, "level_max_s": 60,
+            "limits": {"ttft_ms": None, "tpot_ms": None, "e2el_ms": None},
+            "agent": {"enabled": False}, "server_args": [],
+            "metrics_every_s": 0.5, "ready_timeout_s": 60}
+    policy = {**{k: v for k, v in measure_block().items() if k in ("disturbance", "cpus")},
+              "rounds": 1, "timeout_s": 60, "warmup_rounds": 0, "repetitions": 1,
+              "round_statistic": "mean", "warmup": True, "seed": 1}
     try:
-        doc = measure_load(rungs=rungs, model_meta=str(model), settings=settings, threads=1,
-                           rounds=1, seed=1, raw_dir=str(raw), out_json=str(tmp_path / "o.json"))
+        doc = measure_load(rungs, policy, load, Paths(str(model), str(raw),
+                                                      str(tmp_path / "o.json"),
+                                                      str(tmp_path / "log")), threads=1)
     finally:
         stop.set()
         t.join(5)

@@ -162,7 +162,7 @@ def test_a_fresh_order_seed_per_measurement_unless_one_is_set():
 def test_each_cell_shuffles_with_its_own_seed():
     # issue 19, item 2: one config seed gave every cell the same sequence of orders, so a
     # position effect landed on the same rung everywhere
-    from ladder.measuring.bench import cell_seed, round_orders
+    from ladder.measuring.harness import cell_seed, round_orders
 
     names = ["floor", "native_repack", "amx", "control"]
     a = round_orders(names, 6, 20261129, "q4_0/tg64/t2")

@@ -276,9 +276,10 @@ def _retiring_cell(rng, effect: float, n: int, sd: float, looks=(3, 5)):
     """The stopping rule of bench.measure on simulated rounds: after each look, the rungs
     stats.retirable names are not run again. Returns the final step verdict and the rounds each
     rung ran."""
-    from ladder.measuring.bench import DEFAULT_RETIRE, retire_at_look
+    from conftest import measure_block
+    from ladder.measuring.harness import retire_at_look
 
-    rule = {**DEFAULT_RETIRE, "looks": list(looks)}
+    rule = {**measure_block()["retire"], "looks": list(looks)}
     effects = {"a": 1.0, "b": effect, "control": 1.0}
     retired: set[str] = set()
     samples: list[dict] = []
@@ -340,35 +341,35 @@ def test_the_round_statistic_takes_a_rounds_repetitions():
 
 
 def test_the_remeasure_loop_without_processes(monkeypatch, tmp_path):
-    """bench.measure_round (pyperf's split: the loop apart from the process runs): a disturbed
+    """harness.measure_round (pyperf's split: the loop apart from the process runs): a disturbed
     attempt is kept and marked, the round measured again in a spare order, and a round still
     disturbed after max_remeasure is unresolved; retired rungs are left out of the new order."""
-    from ladder.measuring import bench
+    from conftest import measure_block
+    from ladder.measuring import harness
 
-    policy = bench.make_policy(rounds=5, reps=1, warmup=True, timeout_s=1, warmup_rounds=1,
-                               disturbance={"max_remeasure": 2}, retire=None, thresholds=None,
-                               round_statistic="mean", cpus="none", threads=1,
-                               workload={"n_prompt": 8}, auto_repetitions=None, own_cpus=None)
-    cell = bench.Cell(name="q/pp8/t1", quant="q", workload_name="pp8", rungs=[], status={},
-                      bins={}, model={}, workload={"n_prompt": 8}, threads=1, raw=tmp_path,
-                      reps_by={}, brief={})
+    block = measure_block(rounds=5, cpus="none", disturbance={
+        **measure_block()["disturbance"], "max_remeasure": 2})
+    policy = harness.policy_from(block, threads=1, phase="prefill")
+    cell = harness.Cell(name="q/pp8/t1", rungs=[], status={}, bins={}, raw=tmp_path, seed=1,
+                        brief={})
     cell.retired = {"floor": 3}
     script = iter([["x: busy"], ["x: busy"], [], ["y: busy"], ["y: busy"], ["y: busy"]])
     orders: list[list[str]] = []
 
-    def fake_round(cell_, policy_, rnd, attempt, order):
+    def fake_round(exp_, cell_, policy_, rnd, attempt, order):
         orders.append(list(order))
         reasons = next(script)
-        return [{"round": rnd, "attempt": attempt, "disturbed": None}], reasons
+        return {"samples": [{"round": rnd, "attempt": attempt, "disturbed": None}]}, reasons
 
-    monkeypatch.setattr(bench, "run_round", fake_round)
+    monkeypatch.setattr(harness, "run_round", fake_round)
     spare = iter([["floor", "b", "a"], ["a", "floor", "b"], ["b", "a"], ["a", "b"]])
-    bench.measure_round(cell, policy, 2, ["a", "b"], spare)
+    exp = harness.Experiment()
+    harness.measure_round(exp, cell, policy, 2, ["a", "b"], spare)
     assert [s["attempt"] for s in cell.samples] == [0, 1, 2]
     assert [bool(s["disturbed"]) for s in cell.samples] == [True, True, False]
     assert orders == [["a", "b"], ["b", "a"], ["a", "b"]]  # spare orders, retired floor left out
     assert cell.unresolved == [] and len(cell.remeasured) == 2
-    bench.measure_round(cell, policy, 3, ["a", "b"], spare)
+    harness.measure_round(exp, cell, policy, 3, ["a", "b"], spare)
     assert cell.unresolved == [3] and len(cell.remeasured) == 5
 
 
@@ -402,7 +403,7 @@ def test_the_pilot_reads_the_aa_pair_only():
     from ladder.planning import protocol
 
     rng = np.random.default_rng(12)
-    rule = {"pilot": 10, "min": 12, "max": 32, "target": 0.10}
+    rule = {"pilot": 10, "min": 12, "max": 32, "target": 0.10, "assurance": 0.8}
     quiet_aa = protocol.plan_rounds(_pilot_samples(rng, 10, 0.01, 0.40, 1.5), "control", "a",
                                     rule, 0.05, 20)
     assert quiet_aa["rounds"] == 12 and not quiet_aa["capped"] and quiet_aa["sd"] < 0.02
@@ -444,8 +445,8 @@ def test_rounds_from_the_pilot_keep_the_false_call_rate(sd, slow):
         calls = [_two_stage_cell(rng, 1.0, sd, slow, rule, 0.05)[0] for _ in range(2000)]
         return sum(c in ("faster", "slower") for c in calls) / 2000
 
-    chosen = rate({"pilot": 10, "min": 12, "max": 32, "target": 0.10})
-    fixed = rate({"pilot": 20, "min": 20, "max": 20, "target": 0.10})
+    chosen = rate({"pilot": 10, "min": 12, "max": 32, "target": 0.10, "assurance": 0.8})
+    fixed = rate({"pilot": 20, "min": 20, "max": 20, "target": 0.10, "assurance": 0.8})
     # the issue's bar for a 5 % rule (6 %), and no worse than fixed rounds beyond sampling noise
     assert chosen <= 0.06 and chosen <= fixed + 0.012, (chosen, fixed)
 
@@ -456,12 +457,12 @@ def test_rounds_from_the_pilot_spend_where_the_noise_is():
     it in about 72 %; the rounds chosen from the pilot (at its SD's upper 80 % limit, up to 32)
     in over 80 %, and the cells' own printed 80 %-power figures are mostly at or under 10 %."""
     rng = np.random.default_rng(31)
-    rule = {"pilot": 10, "min": 12, "max": 32, "target": 0.10}
+    rule = {"pilot": 10, "min": 12, "max": 32, "target": 0.10, "assurance": 0.8}
     quiet = [_two_stage_cell(rng, 1.10, 0.06, 0.0, rule, 0.05) for _ in range(300)]
     assert np.mean([n for _, n, _ in quiet]) < 12.5
     assert np.mean([c == "faster" for c, _, _ in quiet]) >= 0.8
     noisy = [_two_stage_cell(rng, 1.10, 0.16, 0.0, rule, 0.05) for _ in range(400)]
-    fixed = {"pilot": 20, "min": 20, "max": 20, "target": 0.10}
+    fixed = {"pilot": 20, "min": 20, "max": 20, "target": 0.10, "assurance": 0.8}
     fixed_power = np.mean([_two_stage_cell(rng, 1.10, 0.16, 0.0, fixed, 0.05)[0] == "faster"
                            for _ in range(400)])
     power = np.mean([c == "faster" for c, _, _ in noisy])
@@ -616,7 +617,7 @@ def test_the_pilot_plans_on_the_rounds_after_the_retirement():
 
     rng = np.random.default_rng(13)
     doc = _regime_cell(rng, n=10, retire_after=3, early=0.4, sd=0.02)
-    rule = {"pilot": 10, "min": 12, "max": 28, "target": 0.10}
+    rule = {"pilot": 10, "min": 12, "max": 28, "target": 0.10, "assurance": 0.8}
     plan = protocol.plan_rounds(doc["samples"], "control", "a", rule, 0.05, 20)
     assert plan["pairs"] == 7 and plan["before"] == 3 and plan["sd"] < 0.05
     assert plan["rounds"] == 12 and "after the 3 rounds before" in plan["why"]

@@ -717,6 +717,22 @@ def serving_settings(*experiments):
     return settings
 
 
+def serving_policy(wildcards):
+    """How every serving experiment is measured (``harness.policy_from``): the serving rounds
+    and timeout, no warmup round, one process per rung and round, and the bench cells'
+    disturbance limits, CPU placement and seed."""
+    m, s = config["measure"], config["serving"]
+    return {
+        "rounds": s["rounds"],
+        "timeout_s": s["timeout_s"],
+        "warmup_rounds": 0,
+        "repetitions": 1,
+        "round_statistic": "mean",
+        "warmup": True,
+        **{k: m[k] for k in ("seed", "disturbance", "cpus")},
+    }
+
+
 def load_settings(wildcards):
     """The load experiment's own settings (the other serving experiments' are not its inputs)."""
     return config["serving"]["load"]

@@ -16,9 +16,7 @@ rule serve_bench:
         rungs=serving_point_rungs,
         point=serving_point,
         settings=serving_settings(),
-        seed=config["measure"]["seed"],
-        disturbance=config["measure"]["disturbance"],
-        cpus=config["measure"]["cpus"],
+        policy=serving_policy,
         code=code("serve_bench"),
     script:
         "../../scripts/serve_bench.py"
@@ -42,7 +40,7 @@ rule serve_prefix:
         rungs=rung_params,
         settings=serving_settings("prefix_cache"),
         threads=measure_threads,
-        seed=config["measure"]["seed"],
+        policy=serving_policy,
         code=code("serve_prefix"),
     script:
         "../../scripts/serve_prefix.py"
@@ -65,7 +63,7 @@ rule serve_concurrency:
         rungs=rung_params,
         settings=serving_settings("concurrency"),
         threads=measure_threads,
-        seed=config["measure"]["seed"],
+        policy=serving_policy,
         code=code("serve_concurrency"),
     script:
         "../../scripts/serve_concurrency.py"
@@ -88,9 +86,7 @@ rule serve_load:
     params:
         rungs=rung_params,
         settings=load_settings,
-        rounds=config["serving"]["rounds"],
-        seed=config["measure"]["seed"],
-        cpus=config["measure"]["cpus"],
+        policy=serving_policy,
         code=code("serve_load"),
     script:
         "../../scripts/serve_load.py"

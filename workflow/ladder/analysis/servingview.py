@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ladder.core import paths
 from ladder.analysis import stats
+from ladder.planning import protocol
 from ladder.core.errors import LadderError
 from ladder.planning.experiments import BENCH_EXPERIMENTS, EXPERIMENTS
 from ladder.core.io import read_json
@@ -202,7 +203,8 @@ def serving_section(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
                                    ("load", load_files, partial(summarize_load, price=price))):
         for path in files:
             try:
-                out[name] = summarize(read_json(path), plan, stats_cfg)
+                # a disturbed attempt was measured again: only its re-measure is read
+                out[name] = summarize(protocol.measured_records(read_json(path)), plan, stats_cfg)
             except LadderError as exc:
                 missing.append({"file": path, "problem": str(exc)})
     # the serving experiments' comparisons: their own Benjamini-Hochberg families (those with

@@ -17,17 +17,18 @@ import os
 import random
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ladder.measuring import loadgen
-from ladder.core import progress
-from ladder.measuring.bench import built_rungs, cell_seed, check_placement, round_orders
 from ladder.core.errors import LadderError
 from ladder.core.io import atomic_write_json, atomic_write_text, read_json
-from ladder.core.machine import cpu_set, host_brief, task_cpus
-from ladder.planning.protocol import run_seed
+from ladder.core.machine import task_cpus
+from ladder.core.run import Watch, process_cpu_s
+from ladder.measuring import harness, loadgen
+from ladder.measuring.harness import Attempt, Cell, Outcome, Paths, Policy, cell_seed
 from ladder.measuring.server import PortTaken, Server, llama_server
+from ladder.planning.protocol import run_seed
 
 FORMAT = "ladder-serving-load/1"
 METHOD = ("llama-server (--metrics) per rung and round on the cell's CPU set, warmed with one "
@@ -204,66 +205,130 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def measure_load(*, rungs: Sequence[Mapping[str, Any]], model_meta: str,
-                 settings: Mapping[str, Any], threads: int, rounds: int, seed: int | None,
-                 raw_dir: str, out_json: str, cpus: Any = "auto", own_cpus: int | None = None,
-                 port: int | None = None) -> dict[str, Any]:
-    model = read_json(model_meta)
-    raw = Path(raw_dir)
-    raw.mkdir(parents=True, exist_ok=True)
-    cfg = settings["load"]
+@dataclass
+class Load(harness.Experiment):
+    """Per round and rung: one server through every level (``process``); the levels' rows and
+    every request are its records."""
+
+    name: str
+    model: dict[str, Any]
+    cfg: Mapping[str, Any]
+    plan: list[dict[str, Any]]
+    threads: int
+
+    def process(self, cell: Cell, policy: Policy, at: Attempt) -> Outcome:
+        """One rung's server for one round: every level, every request kept; a server that
+        does not start or dies is this rung's status, never the run's (a taken port is the
+        machine's)."""
+        cfg = self.cfg
+        seed = cell_seed(cell.seed, f"{self.name}/{at.rnd}")
+        hints = capacity_hints([r for r in cell.records.get("levels", [])
+                                if r["rung"] == at.name and r["kind"] == "capacity"
+                                and not r.get("disturbed")]) \
+            if (cfg.get("capacity") or {}).get("warm_start") else {}
+        log = f"{at.stem}.server.log"
+        got: dict[str, Any] = {"levels": [], "requests": [], "metrics": {}}
+        watch, cpu_s, seen = Watch(), 0.0, None
+        out = Outcome({"levels": got["levels"], "requests": got["requests"]}, {}, None, raw=log)
+        try:
+            with llama_server(cell.bins[at.name], self.model["path"], threads=self.threads,
+                              ctx=ctx_for(cfg), log=log, port=cfg.get("port"),
+                              env=at.rung["env"], slots=slots_for(cfg), cpus=policy.cpu_list,
+                              args=[*at.rung["common_argv"], "--metrics",
+                                    *cfg.get("server_args", [])],
+                              ready_timeout_s=cfg["ready_timeout_s"]) as srv:
+                seen = self.warm_up(srv, seed)
+                try:
+                    self.levels(srv, seed, hints, got, seen)
+                finally:
+                    cpu_s = process_cpu_s(srv.pid)
+            out.note = ", ".join(
+                f"{r['level']} p99 TTFT {_ms(r['summary']['ttft_p99_ms'])}"
+                if r["kind"] != "capacity" else f"capacity {_rps(r)}"
+                for r in got["levels"] if r["kind"] != "agent") or "no level"
+        except PortTaken:
+            raise
+        except LadderError as exc:
+            out.failure, out.crashed = str(exc), bool(got["levels"])
+        out.machine, out.cpus_seen = watch.share(cpu_s), seen
+        atomic_write_text(f"{at.stem}.json", json.dumps(got, indent=1, default=str))
+        return out
+
+    def warm_up(self, srv: Server, seed: int) -> list[int] | None:
+        """One request per slot; the CPUs the server's threads may run on."""
+        slots = slots_for(self.cfg)
+        warm = {**self.cfg, "requests": slots, "n_gen": min(2, self.cfg["n_gen"])}
+        wreqs, _, _ = run_level(srv, {"level": "warmup", "kind": "closed",
+                                      "concurrency": slots}, warm, seed)
+        if any(r.status != "ok" for r in wreqs):
+            raise LadderError("warmup failed: " + "; ".join(
+                str(r.error) for r in wreqs if r.status != "ok"))
+        return sorted({c for cs in task_cpus(srv.pid).values() for c in cs}) or None
+
+    def levels(self, srv: Server, seed: int, hints: Mapping[str, Any], got: dict[str, Any],
+               seen: list[int] | None) -> None:
+        """The levels in a fresh order per round, the same for every rung of the round (its
+        seed): a level run early or late (a warmer server, an agent level after its twin) is no
+        longer always the same level."""
+        cfg, rows, recs, metrics_seen = self.cfg, got["levels"], got["requests"], got["metrics"]
+        order = list(self.plan)
+        random.Random(seed).shuffle(order)
+        for i, lv in enumerate(order):
+            if lv["kind"] == "capacity":
+                # every probe checks the server is alive (``_probe``)
+                row, records = _capacity(srv, lv, cfg, seed, metrics_seen, hints)
+                rows.append({**row, "position": i, "cpus_seen": seen})
+                recs += records
+                continue
+            reqs, duration, mseen = run_level(srv, lv, cfg, seed)
+            records = [r.record() for r in reqs]
+            summary = loadgen.summarize(records, duration, cfg["limits"])
+            metrics_seen[lv["level"]] = mseen
+            rows.append({**lv, "position": i, "duration_s": duration, "summary": summary,
+                         "server_metrics": loadgen.metrics_brief(mseen), "cpus_seen": seen})
+            recs += records
+            if not alive(srv.pid):
+                skipped = [x["level"] for x in order[i + 1:]]
+                raise LadderError(f"llama-server died during level {lv['level']} "
+                                  f"({summary['failed'] + summary['timeout']} of "
+                                  f"{summary['requests']} requests failed)"
+                                  + (f"; not run: {', '.join(skipped)}" if skipped else ""))
+
+
+def measure_load(rungs: Sequence[Mapping[str, Any]], block: Mapping[str, Any],
+                 cfg: Mapping[str, Any], paths: Paths, threads: int,
+                 own_cpus: int | None = None) -> dict[str, Any]:
+    """Every rung's server under the load levels (``Load``), rungs interleaved by the harness;
+    ``block``: the serving policy (``harness.policy_from``), ``cfg``: ``serving.load``. The
+    load generator runs beside the servers' CPUs (``_client_cpus``)."""
+    model = read_json(paths.model_meta)
     quant = model["quant"].lower()
-    active, status, bins = built_rungs(rungs, "serving load")
-    by_name = {r["name"]: r for r in rungs}
-    cpu_list = cpu_set(threads, cpus, job_cpus=own_cpus)
-    client_cpus = _client_cpus(cpu_list)
-    cell = f"load/{quant}/t{threads}"
-    seed, seed_source = run_seed(seed)
-    orders = round_orders(active, rounds, seed, cell)
-    plan = levels(cfg)
-    slots, ctx = slots_for(cfg), ctx_for(cfg)
-    brief = host_brief()
-    requests: list[dict[str, Any]] = []
-    level_rows: list[dict[str, Any]] = []
-    warm = bool((cfg.get("capacity") or {}).get("warm_start"))
+    exp = Load(name=f"load/{quant}/t{threads}", model=model, cfg=cfg, plan=levels(cfg),
+               threads=threads)
+    policy = harness.policy_from(block, threads, own_cpus=own_cpus)
+    seed, seed_source = run_seed(block["seed"])
+    cell = harness.open_cell(exp.name, rungs, paths.raw_dir, seed)
+    client_cpus = _client_cpus(policy.cpu_list)
     before = os.sched_getaffinity(0)
     if client_cpus:
         os.sched_setaffinity(0, client_cpus)
     try:
-        for rnd, order in enumerate(orders):
-            for pos, name in enumerate(order):
-                if status[name]["status"] != "measured":
-                    continue
-                got = _one_server(
-                    name=name, rung=by_name[name], bin_dir=bins[name], model=model["path"],
-                    cfg=cfg, plan=plan, threads=threads, slots=slots, ctx=ctx, port=port,
-                    cpu_list=cpu_list, seed=cell_seed(seed, f"{cell}/{rnd}"),
-                    stem=raw / f"round{rnd:02d}-{pos:02d}-{name}", status=status[name],
-                    where=f"{cell} {name} round {rnd}",
-                    hints=capacity_hints([r for r in level_rows if r["rung"] == name
-                                          and r["kind"] == "capacity"]) if warm else {})
-                for row in got["levels"]:
-                    row.update(round=rnd, order=pos, rung=name,
-                               build_key=status[name]["build_key"])
-                    level_rows.append(row)
-                for rec in got["requests"]:
-                    rec.update(round=rnd, order=pos, rung=name)
-                    requests.append(rec)
-                progress.step("round", rnd + 1, len(orders), name, got["brief"])
+        harness.measure(exp, cell, policy)
     finally:
         os.sched_setaffinity(0, before)
-    if not level_rows:
+    with open(paths.log, "a") as f:
+        f.write("\n".join(cell.log_lines) + "\n")
+    if not cell.records.get("levels"):
         raise LadderError("serving load: no rung's llama-server completed a level: "
-                          + "; ".join(f"{n}: {st['reason']}" for n, st in status.items()))
-    doc = {"format": FORMAT, "experiment": "load", "quant": quant, "threads": threads,
-           "rounds": rounds, "seed": seed, "seed_source": seed_source, "orders": orders,
-           "spec": dict(cfg),
-           "levels_planned": plan, "slots": slots, "ctx": ctx,
-           "cpus": ",".join(map(str, cpu_list)) if cpu_list else None,
+                          + "; ".join(f"{n}: {st['reason']}" for n, st in cell.status.items()))
+    doc = {"format": FORMAT, **harness.cell_meta(cell, policy), "seed_source": seed_source,
+           "experiment": "load", "quant": quant, "threads": threads, "spec": dict(cfg),
+           "levels_planned": exp.plan, "slots": slots_for(cfg), "ctx": ctx_for(cfg),
+           "cpus": ",".join(map(str, policy.cpu_list)) if policy.cpu_list else None,
            "client_cpus": ",".join(map(str, client_cpus)) if client_cpus else None,
-           "host": brief, "rungs": status, "levels": level_rows, "requests": requests,
+           "levels": cell.records["levels"], "requests": cell.records.get("requests", []),
            "method": METHOD}
-    atomic_write_json(out_json, doc)
+    atomic_write_json(paths.out_json, doc)
     return doc
 
 
@@ -274,71 +339,6 @@ def _client_cpus(server_cpus: Sequence[int] | None) -> list[int] | None:
         return None
     rest = sorted(set(os.sched_getaffinity(0)) - set(server_cpus))
     return rest or None
-
-
-def _one_server(*, name: str, rung: Mapping[str, Any], bin_dir: str, model: str,
-                cfg: Mapping[str, Any], plan: Sequence[Mapping[str, Any]], threads: int,
-                slots: int, ctx: int, port: int | None, cpu_list: list[int] | None, seed: int,
-                stem: Path, status: dict[str, Any], where: str,
-                hints: Mapping[str, Any]) -> dict[str, Any]:
-    """One rung's server for one round: every level, every request kept; a server that does
-    not start or dies is this rung's status, never the run's (a taken port is the machine's)."""
-    log = f"{stem}.server.log"
-    rows: list[dict[str, Any]] = []
-    recs: list[dict[str, Any]] = []
-    metrics_seen: dict[str, Any] = {}
-    brief = "no level"
-    try:
-        with llama_server(bin_dir, model, threads=threads, ctx=ctx, log=log, port=port,
-                          env=rung["env"], slots=slots, cpus=cpu_list,
-                          args=[*rung["common_argv"], "--metrics", *cfg.get("server_args", [])],
-                          ready_timeout_s=cfg["ready_timeout_s"]) as srv:
-            warm = {**cfg, "requests": slots, "n_gen": min(2, cfg["n_gen"])}
-            wreqs, _, _ = run_level(srv, {"level": "warmup", "kind": "closed",
-                                          "concurrency": slots}, warm, seed)
-            if any(r.status != "ok" for r in wreqs):
-                raise LadderError("warmup failed: " + "; ".join(
-                    str(r.error) for r in wreqs if r.status != "ok"))
-            seen = sorted({c for cs in task_cpus(srv.pid).values() for c in cs})
-            check_placement(seen or None, cpu_list, where)
-            # the levels in a fresh order per round, the same for every rung of the round (its
-            # seed): a level run early or late (a warmer server, an agent level after its twin)
-            # is no longer always the same level
-            order = list(plan)
-            random.Random(seed).shuffle(order)
-            for i, lv in enumerate(order):
-                if lv["kind"] == "capacity":
-                    # every probe checks the server is alive (``_probe``)
-                    row, records = _capacity(srv, lv, cfg, seed, metrics_seen, hints)
-                    rows.append({**row, "position": i, "cpus_seen": seen})
-                    recs += records
-                    continue
-                reqs, duration, mseen = run_level(srv, lv, cfg, seed)
-                records = [r.record() for r in reqs]
-                summary = loadgen.summarize(records, duration, cfg["limits"])
-                metrics_seen[lv["level"]] = mseen
-                rows.append({**lv, "position": i, "duration_s": duration, "summary": summary,
-                             "server_metrics": loadgen.metrics_brief(mseen),
-                             "cpus_seen": seen})
-                recs += records
-                if not alive(srv.pid):
-                    skipped = [x["level"] for x in order[i + 1:]]
-                    raise LadderError(f"llama-server died during level {lv['level']} "
-                                      f"({summary['failed'] + summary['timeout']} of "
-                                      f"{summary['requests']} requests failed)"
-                                      + (f"; not run: {', '.join(skipped)}" if skipped else ""))
-            brief = ", ".join(
-                f"{r['level']} p99 TTFT {_ms(r['summary']['ttft_p99_ms'])}"
-                if r["kind"] != "capacity" else f"capacity {_rps(r)}"
-                for r in rows if r["kind"] != "agent")
-    except PortTaken:
-        raise
-    except LadderError as exc:
-        status.update(status="crashed" if rows else "failed", reason=str(exc), raw=log)
-        brief = f"failed: {exc}"
-    atomic_write_text(f"{stem}.json", json.dumps(
-        {"levels": rows, "requests": recs, "metrics": metrics_seen}, indent=1, default=str))
-    return {"levels": rows, "requests": recs, "brief": brief}
 
 
 def _capacity(srv: Server, lv: Mapping[str, Any], cfg: Mapping[str, Any], seed: int,

@@ -4,6 +4,7 @@ tools, prices, the emulated lane)."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Mapping, MutableMapping
 
@@ -63,6 +64,27 @@ def validate_config(config: MutableMapping[str, Any], schema_path: str | Path) -
     if problem:
         raise LadderError(problem)
     validate(config, str(schema_path))  # fills in the schema's defaults
+
+
+def schema_defaults(schema_path: str | Path, section: str) -> dict[str, Any]:
+    """A config section as the schema fills it in when the config gives none of it (its
+    defaults, nested objects included): the settings a library caller or a test starts from,
+    so that no default lives anywhere but the schema."""
+    schema = yaml.safe_load(Path(schema_path).read_text())
+
+    def filled(sub: Mapping[str, Any], given: Any) -> Any:
+        if not isinstance(given, dict) or not sub.get("properties"):
+            return given
+        out = dict(given)
+        for key, prop in sub["properties"].items():
+            if key not in out and "default" in prop:
+                out[key] = copy.deepcopy(prop["default"])
+            if key in out:
+                out[key] = filled(prop, out[key])
+        return out
+
+    prop = schema["properties"][section]
+    return dict(filled(prop, copy.deepcopy(prop.get("default", {}))))
 
 
 def check_phases(workloads: Mapping[str, Any], key: str) -> None:

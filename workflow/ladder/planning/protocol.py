@@ -14,7 +14,7 @@ import math
 import secrets
 from collections import defaultdict
 from functools import lru_cache
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 from scipy import stats as sps
@@ -45,7 +45,8 @@ ASSUMED_RHO = 0.05
 # What one round of one rung is worth, from its process's llama-bench repetitions (-r): every
 # repetition is kept as a sample; the statistic is chosen by measurement
 # (measurements/round_statistic.py) and recorded in each cell ("round_statistic").
-ROUND_STATISTICS = {"mean": np.mean, "median": np.median, "best": np.max}
+ROUND_STATISTICS: dict[str, Callable[[Sequence[float]], Any]] = {
+    "mean": np.mean, "median": np.median, "best": np.max}
 
 
 def checked_statistic(name: str) -> str:
@@ -58,6 +59,13 @@ def clean_samples(samples: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any
     """The samples a look, the pilot or the analysis reads: no warmup round, no disturbed
     attempt (it was measured again)."""
     return [s for s in samples if not s.get("warmup") and not s.get("disturbed")]
+
+
+def measured_records(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A result file without its warmup and disturbed records (``clean_samples`` over its
+    samples, a load's level rows and its requests): what a serving view reads."""
+    return {**doc, **{k: clean_samples(doc[k]) for k in ("samples", "levels", "requests")
+                      if isinstance(doc.get(k), list)}}
 
 
 def per_round_means(samples: Iterable[Mapping[str, Any]], rung: str,
@@ -232,7 +240,7 @@ def rounds_from_sd(sd: float, pairs: int, rule: Mapping[str, Any], threshold: fl
     were planned for (``planning_sd``, widened for rounds correlated at ``ASSUMED_RHO``).
     ``before``: measured rounds that will not count (another measured set, ``regime_rounds``):
     the rounds planned are counted after them."""
-    planned = (planning_sd(sd, pairs, float(rule.get("assurance", 0.8)))
+    planned = (planning_sd(sd, pairs, float(rule["assurance"]))
                * math.sqrt(dependence_factor(ASSUMED_RHO)))
     lo = max(int(rule["min"]), int(rule["pilot"]))
     hi = int(rule["max"])
@@ -257,11 +265,12 @@ def plan_rounds(samples: Sequence[Mapping[str, Any]], control: str | None, twin:
     re-estimation). No usable pair: ``fallback`` rounds. Never fewer rounds than the pilot's."""
     plan: dict[str, Any] = {"pilot": int(rule["pilot"]), "min": int(rule["min"]),
                             "max": int(rule["max"]), "target": float(rule["target"]),
-                            "assurance": float(rule.get("assurance", 0.8)),
+                            "assurance": float(rule["assurance"]),
                             "alpha": PLAN_ALPHA, "power": POWER, "threshold": threshold,
                             "rho": ASSUMED_RHO}
     used = regime_rounds(samples, twin, control) if control and twin else []
-    ratios = paired_ratios(samples, twin, control, statistic, used) if used else []
+    ratios = paired_ratios(samples, twin, control, statistic, used) \
+        if used and control and twin else []
     if len(ratios) < MIN_ROUNDS:
         return {**plan, "sd": None, "rounds": max(fallback, plan["pilot"]), "capped": False,
                 "why": f"no A/A pair over the pilot ({len(ratios)} paired rounds): "
@@ -285,10 +294,6 @@ def plan_rounds(samples: Sequence[Mapping[str, Any]], control: str | None, twin:
                        f"{POWER * 100:.0f} % power"))}
 
 
-DEFAULT_ROUNDS_FROM_NOISE = {"enabled": False, "pilot": 10, "min": 12, "max": 28,
-                             "assurance": 0.8, "target": {"prefill": 0.10, "decode": 0.05}}
-
-
 def check_repetitions(reps: int | str, warmup_rounds: int, statistic: str) -> None:
     """repetitions auto calibrates from the warmup round and takes the mean (a best of 5 against
     a best of 1 would be biased): at start-up (config.check_config) and per cell."""
@@ -305,11 +310,11 @@ def check_repetitions(reps: int | str, warmup_rounds: int, statistic: str) -> No
 
 def check_rounds_rule(rounds_from_noise: Mapping[str, Any] | None, phase: str, delta: float
                       ) -> dict[str, Any] | None:
-    """measure.rounds_from_noise (over its defaults) for one cell's phase (None when off): a
-    pilot of at least 3 rounds, min <= max >= pilot, and a target beyond the threshold δ (no
-    effect under δ is ever called, so no number of rounds calls it)."""
-    rule = {**DEFAULT_ROUNDS_FROM_NOISE, **(rounds_from_noise or {})}
-    if not rule["enabled"]:
+    """measure.rounds_from_noise (its defaults the schema's) for one cell's phase (None when
+    off): a pilot of at least 3 rounds, min <= max >= pilot, and a target beyond the threshold
+    δ (no effect under δ is ever called, so no number of rounds calls it)."""
+    rule = dict(rounds_from_noise or {})
+    if not rule.get("enabled"):
         return None
     pilot, lo, hi = int(rule["pilot"]), int(rule["min"]), int(rule["max"])
     where = f"measure.rounds_from_noise (pilot {pilot}, min {lo}, max {hi})"
