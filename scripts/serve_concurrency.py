@@ -4,7 +4,7 @@ import sys
 sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the ladder package
 from ladder.core.adapter import run_step
 from ladder.measuring.harness import Paths
-from ladder.measuring.serving import concurrency
+from ladder.measuring.batched_bench import concurrency
 
 p = snakemake.params
 run_step(snakemake, lambda: concurrency(

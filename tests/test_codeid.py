@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_report_reaches_every_module_it_imports():
     # the hand-kept list had drifted: host_report's omitted serving and cost
     mods = codeid.code_modules("report")
-    assert {"report", "stats", "servingview", "loadview", "cost", "quality",
+    assert {"report", "stats", "serving_view", "server_load_view", "cost", "quality",
             "dispatch"} <= set(mods)
     # a registered section's builder, named "ladder.<module>:<function>", counts too
     assert {"sections", "profileview"} <= set(mods)
@@ -68,7 +68,7 @@ def test_a_comment_reruns_nothing_and_a_logic_change_reruns_its_rules(tree):
 
 
 MEASURING = ("bench", "serve_bench", "serve_load", "serve_prefix", "serve_concurrency")
-ANALYSIS = {"stats", "servingview", "loadview", "report", "figures", "render", "overview",
+ANALYSIS = {"stats", "serving_view", "server_load_view", "report", "figures", "render", "overview",
             "fleet", "compare", "cost"}
 
 
@@ -117,13 +117,13 @@ def test_a_changed_statistic_reruns_the_analysis_not_the_measurement(tree):
 
 def test_building_the_plan_imports_no_measurement_code():
     """Issue 32, item 4: ``Plan`` reaches the settings it plans from (``stages`` for hotspots
-    and kernel tests, ``experiments`` for serving), never the code that measures or analyses."""
+    and kernel tests, ``serving_experiments`` for serving), never the code that measures or analyses."""
     reach = set(codeid.module_reach("plan"))
-    measuring = {"bench", "hotspots", "kerneltests", "serving", "serveload", "loadgen", "server",
-                 "dispatch", "debugger", "lldb_driver", "uprobes", "counting", "quality",
+    measuring = {"bench", "harness", "hotspots", "kerneltests", "prefix_cache", "batched_bench",
+                 "server_load", "load_client", "llama_server", "dispatch", "debugger", "lldb_driver", "uprobes", "counting", "quality",
                  "evidence", "bandwidth", "build", "run"}
     assert not reach & (measuring | ANALYSIS), sorted(reach & (measuring | ANALYSIS))
-    assert {"stages", "experiments", "protocol"} <= reach
+    assert {"stages", "serving_experiments", "protocol"} <= reach
 
 
 def _move_into_subpackages(pkg: Path, scripts: Path, n_layers: int = 5) -> dict[str, str]:
@@ -213,9 +213,6 @@ def test_the_package_init_is_no_module_of_any_rule():
 
 
 LAYERS = ("core", "preparing", "planning", "measuring", "analysis", "reporting")
-# the imports against the layers' order still left: config's start-up checks call quality's
-UPWARD = {("config", "quality")}
-
 
 def test_an_import_for_the_type_checker_alone_is_no_part_of_a_rules_code():
     """The views annotate with the report's SectionContext under ``if TYPE_CHECKING:``: an
@@ -228,7 +225,7 @@ def test_an_import_for_the_type_checker_alone_is_no_part_of_a_rules_code():
                      "else:\n    from ladder import stats\n")
     assert codeid._imports_in(tree) == frozenset({"stats"})
     assert "sections" not in codeid.direct_imports(
-        codeid.PACKAGE_DIR / "analysis" / "servingview.py")
+        codeid.PACKAGE_DIR / "analysis" / "serving_view.py")
 
 
 def test_a_layer_imports_only_its_own_and_the_layers_before_it():
@@ -241,7 +238,7 @@ def test_a_layer_imports_only_its_own_and_the_layers_before_it():
     against = []
     for mod, layer in sorted(layer_of.items()):
         for dep in codeid.direct_imports(codeid.PACKAGE_DIR / layer / f"{mod}.py"):
-            if LAYERS.index(layer_of[dep]) > LAYERS.index(layer) and (mod, dep) not in UPWARD:
+            if LAYERS.index(layer_of[dep]) > LAYERS.index(layer):
                 against.append(f"{layer}/{mod} -> {layer_of[dep]}/{dep}")
     assert not against, against
     for mod in (m for m, layer in layer_of.items() if layer == "measuring"):

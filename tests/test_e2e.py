@@ -801,7 +801,7 @@ def test_concurrency_sweep(report):
 def test_serving_under_load_per_request_records(report, run_dir):
     """A real llama-server per rung: every request kept, its metrics consistent with the
     server's own timings, the pooled percentiles with the records they come from."""
-    from ladder.measuring import loadgen, serveload
+    from ladder.measuring import load_client, server_load
 
     ld = report["serving"]["load"]
     spec = ld["spec"]
@@ -840,17 +840,17 @@ def test_serving_under_load_per_request_records(report, run_dir):
                 recs = [r for r in doc["requests"] if (r["rung"], r["round"], r["level"])
                         == (row["rung"], row["round"], p["level"])]
                 cap_spec = spec["capacity"]
-                assert len(recs) == p["requests"] == (serveload.probe_requests(
+                assert len(recs) == p["requests"] == (server_load.probe_requests(
                     p["rate"], cap_spec["requests"], cap_spec["probe_s"]) if "rate" in p else
                     max(cap_spec["requests"], cap_spec["waves"] * p["concurrency"]))
-                assert sum(loadgen.meets(r, spec["limits"]) for r in recs) == p["good"]
+                assert sum(load_client.meets(r, spec["limits"]) for r in recs) == p["good"]
             # a later round's searches start at the rung's earlier capacities
             assert (row["capacity"]["hint"] is None) == (row["round"] == 0)
             assert (row["concurrency"]["hint"] is None) == (row["round"] == 0)
             continue
         recs = [r for r in doc["requests"] if (r["rung"], r["round"], r["level"])
                 == (row["rung"], row["round"], row["level"])]
-        assert loadgen.summarize(recs, row["duration_s"], spec["limits"]) == row["summary"]
+        assert load_client.summarize(recs, row["duration_s"], spec["limits"]) == row["summary"]
         assert row["cpus_seen"] and row["server_metrics"]["samples"] >= 1
     # issue 43, item 1: each rung's capacity in every round, judged across rounds
     cap = ld["capacity"]
@@ -896,7 +896,7 @@ def test_a_server_killed_mid_load_is_named_and_counted(report, run_dir, tmp_path
 
     from conftest import measure_block
     from ladder.measuring.harness import Paths
-    from ladder.measuring.serveload import measure_load
+    from ladder.measuring.server_load import measure_load
 
     builds = {r["name"]: r["build_key"] for r in report["rungs"]}
     rungs = [{"name": n, "provenance": str(shared_resources() / "builds" / builds[b]
@@ -962,7 +962,7 @@ def test_server_faults_are_named_and_leave_no_process(report, run_dir, tmp_path)
     import socket
 
     from ladder.core.errors import LadderError
-    from ladder.measuring.server import llama_server
+    from ladder.measuring.llama_server import llama_server
 
     key = next(r["build_key"] for r in report["rungs"] if r["name"] == "native_repack")
     prov = json.loads((shared_resources() / "builds" / key / "provenance.json").read_text())

@@ -41,7 +41,7 @@ def test_serving_section_reads_the_points_own_identity(tmp_path):
     """A point's JSON says which experiment and point it is; the report does not parse paths."""
     import json
 
-    from ladder.analysis.servingview import serving_section
+    from ladder.analysis.serving_view import serving_section
 
     doc = {"experiment": "ubatch", "point": "ub64", "workload": "ub64", "threads": 2,
            "quant": "q4_0", "samples": [], "rungs": {}}

@@ -77,7 +77,7 @@ def test_first_divergence():
 
 
 def test_scored_tokens_match_llama_perplexity(fixture_text):
-    from ladder.measuring.quality import scored_tokens
+    from ladder.planning.scoring import scored_tokens
 
     # 96.825 % same-top-p in the captured run (ctx 128, 4 chunks) is 244 of 252 tokens
     assert scored_tokens(128, 4) == 252 and round(244 / 252 * 100, 3) == 96.825

@@ -11,7 +11,7 @@ import pytest
 
 from ladder.analysis import stats
 from ladder.reporting.report import attribution, dispatch_for, rung_status, weight_share
-from ladder.analysis.servingview import unmeasured_rungs
+from ladder.analysis.serving_view import unmeasured_rungs
 
 DOC = json.loads((Path(__file__).parent / "fixtures" / "report" / "ladder.json").read_text())
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from ladder.core.errors import LadderError
-from ladder.planning.experiments import bench_points, toggle_variant
-from ladder.analysis.servingview import lever_sentence
+from ladder.planning.serving_experiments import bench_points, toggle_variant
+from ladder.analysis.serving_view import lever_sentence
 
 CFG = {
     "context": {"enabled": True, "prompts": [512, 1024], "depths": [0, 512], "n_gen": 16},
@@ -74,7 +74,7 @@ def _step(base, rung, est, lo, hi, call):
 
 
 def test_the_context_sweep_says_where_an_advantage_shrinks_or_inverts():
-    from ladder.analysis.servingview import advantage_along
+    from ladder.analysis.serving_view import advantage_along
 
     def pts(*steps):
         return [{"x": x, "cell": {"steps": [s]}} for x, s in steps]
@@ -94,7 +94,7 @@ def test_the_context_sweep_says_where_an_advantage_shrinks_or_inverts():
 
 
 def test_lever_memory_is_each_settings_peak_rss_against_the_baseline():
-    from ladder.analysis.servingview import lever_memory
+    from ladder.analysis.serving_view import lever_memory
 
     cell = {"rungs": {"f16": {"peak_rss_kib": 409600}, "q8_0": {"peak_rss_kib": 399360},
                       "q4_0": {}}}
@@ -166,7 +166,7 @@ def test_lever_sentence_compares_both_levers_on_one_rung_with_intervals():
 
 
 def test_batched_bench_jsonl(fixture_text):
-    from ladder.measuring.serving import batched_records
+    from ladder.measuring.batched_bench import batched_records
 
     recs = batched_records(fixture_text("x86_64/batched-bench-native_repack-q4_0.jsonl"), "f")
     assert [r["pl"] for r in recs] == [1, 2]

@@ -18,51 +18,51 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from ladder.measuring import loadgen
-from ladder.analysis import loadview
-from ladder.measuring import serveload
+from ladder.measuring import load_client
+from ladder.analysis import server_load_view
+from ladder.measuring import server_load
 from ladder.core.errors import LadderError
 
 
 # --- definitions, exactly -----------------------------------------------------------------------
 def req(status="ok", sent=1.0, tokens=(1.5, 1.6, 1.8, 2.1), end=2.1, **kw):
-    r = loadgen.Request(0, "c1", 32, len(tokens), sent_s=sent, token_s=list(tokens), end_s=end,
+    r = load_client.Request(0, "c1", 32, len(tokens), sent_s=sent, token_s=list(tokens), end_s=end,
                         output_tokens=len(tokens), status=status, **kw)
     return r
 
 
 def test_metrics_follow_vllms_definitions():
-    m = loadgen.metrics(req())
+    m = load_client.metrics(req())
     assert m["ttft_ms"] == pytest.approx(500)  # sent -> first token
     assert m["e2el_ms"] == pytest.approx(1100)  # sent -> last chunk
     assert m["tpot_ms"] == pytest.approx((1100 - 500) / 3)  # after the first, per token
     assert m["itl_ms"] == pytest.approx([100, 200, 300])  # every gap
-    one = loadgen.metrics(req(tokens=(1.2,), end=1.2))
+    one = load_client.metrics(req(tokens=(1.2,), end=1.2))
     assert one["tpot_ms"] is None and one["itl_ms"] == []  # one token: no TPOT
-    assert loadgen.metrics(req(status="failed"))["ttft_ms"] is None
+    assert load_client.metrics(req(status="failed"))["ttft_ms"] is None
 
 
 def test_tokens_read_together_are_one_inter_token_gap():
     """Issue 43, item 4: three tokens in one read are one event, not two gaps of 0 ms."""
-    m = loadgen.metrics(req(tokens=(1.5, 1.6, 1.6, 1.6, 1.9), end=1.9))
+    m = load_client.metrics(req(tokens=(1.5, 1.6, 1.6, 1.6, 1.9), end=1.9))
     assert m["itl_ms"] == pytest.approx([100, 300])
     assert m["token_events"] == 3 and m["tokens_per_event_max"] == 3
     assert m["tpot_ms"] == pytest.approx((900 - 500) / 4)  # TPOT still per token
 
 
 def test_a_stream_error_event_is_named():
-    r = loadgen.Request(0, "c1", 8, 4)
+    r = load_client.Request(0, "c1", 8, 4)
     with pytest.raises(LadderError, match="server error event: .*context size exceeded"):
-        loadgen._event(r, b'error: {"code": 400, "message": "context size exceeded"}', 1.0)
-    assert loadgen._event(r, b": keep-alive", 1.0) is False
+        load_client._event(r, b'error: {"code": 400, "message": "context size exceeded"}', 1.0)
+    assert load_client._event(r, b": keep-alive", 1.0) is False
 
 
 def test_the_server_check_compares_tokens_and_prefill():
     r = req(timings={"predicted_n": 4, "prompt_n": 32, "prompt_ms": 450.0, "cache_n": 0})
-    assert loadgen.metrics(r)["check"]["tokens_agree"] is True
-    assert loadgen.metrics(r)["check"]["ttft_covers_prefill"] is True  # 500 ms >= 450 ms
+    assert load_client.metrics(r)["check"]["tokens_agree"] is True
+    assert load_client.metrics(r)["check"]["ttft_covers_prefill"] is True  # 500 ms >= 450 ms
     r.timings = {"predicted_n": 3, "prompt_ms": 700.0}
-    chk = loadgen.metrics(r)["check"]
+    chk = load_client.metrics(r)["check"]
     assert chk["tokens_agree"] is False and chk["ttft_covers_prefill"] is False
 
 
@@ -74,7 +74,7 @@ def records(n_ok: int, n_failed: int, ttft_s: float = 0.5) -> list[dict]:
 
 
 def test_failed_requests_stay_in_every_denominator():
-    s = loadgen.summarize(records(3, 1), 10.0, {"ttft_ms": 1000})
+    s = load_client.summarize(records(3, 1), 10.0, {"ttft_ms": 1000})
     assert (s["requests"], s["completed"], s["failed"]) == (4, 3, 1)
     assert s["ttft_p50_ms"] == pytest.approx(500)
     assert s["ttft_p99_ms"] == "failed"  # the failure is infinitely slow, and p99 reaches it
@@ -86,78 +86,78 @@ def test_failed_requests_stay_in_every_denominator():
 def test_success_only_percentiles_sit_beside_the_adjusted_ones():
     """Issue 43, item 2: vLLM's percentiles over the completed requests beside aiperf's, which
     count the failures as infinitely slow."""
-    s = loadgen.summarize(records(3, 1, ttft_s=0.5), 10.0, {})
+    s = load_client.summarize(records(3, 1, ttft_s=0.5), 10.0, {})
     assert s["ttft_p99_ms"] == "failed" and s["ttft_ok_p99_ms"] == pytest.approx(500)
     assert s["e2el_ok_p50_ms"] == pytest.approx(600)
-    none_ok = loadgen.summarize(records(0, 2), 10.0, {})
+    none_ok = load_client.summarize(records(0, 2), 10.0, {})
     assert none_ok["ttft_ok_p50_ms"] is None and none_ok["ttft_p50_ms"] == "failed"
     # without failures the two agree
-    clean = loadgen.summarize(records(5, 0), 10.0, {})
+    clean = load_client.summarize(records(5, 0), 10.0, {})
     assert all(clean[f"ttft_ok_p{q}_ms"] == clean[f"ttft_p{q}_ms"] for q in (50, 90, 99))
 
 
 def test_the_load_section_lists_success_only_percentiles_where_rows_failed():
     from ladder.reporting.render import _fmt_ms
 
-    sec = loadview.summarize_load(synthetic_doc(fail_round=2), PLAN, STATS)
+    sec = server_load_view.summarize_load(synthetic_doc(fail_round=2), PLAN, STATS)
     (row,) = sec["success_only"]  # the floor's row; the others completed every request
     assert (row["rung"], row["completed"], row["requests"]) == ("floor", 12, 16)
     assert _fmt_ms(row["ttft_ok_p99_ms"]) != "failed" and row["ttft_ok_p99_ms"] > 900
-    assert loadview.summarize_load(synthetic_doc(), PLAN, STATS)["success_only"] == []
+    assert server_load_view.summarize_load(synthetic_doc(), PLAN, STATS)["success_only"] == []
 
 
 def test_a_percentile_is_failed_only_when_the_failures_reach_it():
-    assert loadgen.summarize(records(99, 1), 1.0, {})["ttft_p99_ms"] == "failed"
-    assert isinstance(loadgen.summarize(records(199, 1), 1.0, {})["ttft_p99_ms"], float)
-    assert isinstance(loadgen.summarize(records(199, 1), 1.0, {})["ttft_p50_ms"], float)
+    assert load_client.summarize(records(99, 1), 1.0, {})["ttft_p99_ms"] == "failed"
+    assert isinstance(load_client.summarize(records(199, 1), 1.0, {})["ttft_p99_ms"], float)
+    assert isinstance(load_client.summarize(records(199, 1), 1.0, {})["ttft_p50_ms"], float)
 
 
 def test_goodput_counts_requests_within_every_limit():
     recs = records(2, 0, ttft_s=0.5) + records(2, 0, ttft_s=1.5)
-    s = loadgen.summarize(recs, 2.0, {"ttft_ms": 1000, "tpot_ms": None})
+    s = load_client.summarize(recs, 2.0, {"ttft_ms": 1000, "tpot_ms": None})
     assert s["good"] == 2 and s["goodput_rps"] == pytest.approx(1.0)
-    assert loadgen.summarize(recs, 2.0, {"ttft_ms": None})["good"] == 4
+    assert load_client.summarize(recs, 2.0, {"ttft_ms": None})["good"] == 4
 
 
 def test_arrivals_are_reproducible_and_offer_the_stated_rate():
     """Issue 43, item 3: the gaps are scaled so every schedule spans (n - 1) / rate: the rate
     offered in a round is the rate printed (unscaled, 4 Poisson gaps varied by ~50 %)."""
-    a = loadgen.arrival_schedule(4.0, 5, seed=3)
-    assert a == loadgen.arrival_schedule(4.0, 5, seed=3) and a[0] == 0.0
-    spans = [loadgen.arrival_schedule(4.0, 5, seed=s)[-1] for s in range(50)]
+    a = load_client.arrival_schedule(4.0, 5, seed=3)
+    assert a == load_client.arrival_schedule(4.0, 5, seed=3) and a[0] == 0.0
+    spans = [load_client.arrival_schedule(4.0, 5, seed=s)[-1] for s in range(50)]
     assert all(x == pytest.approx(1.0) for x in spans)  # 4 gaps at 4/s, every seed
-    gaps = np.diff(loadgen.arrival_schedule(4.0, 4000, seed=3))
+    gaps = np.diff(load_client.arrival_schedule(4.0, 4000, seed=3))
     assert np.std(gaps) / np.mean(gaps) == pytest.approx(1.0, abs=0.06)  # exponential: CV 1
-    bursty = np.diff(loadgen.arrival_schedule(4.0, 4000, seed=3, burstiness=0.25))
+    bursty = np.diff(load_client.arrival_schedule(4.0, 4000, seed=3, burstiness=0.25))
     assert np.std(bursty) / np.mean(bursty) == pytest.approx(2.0, abs=0.2)  # CV 1/sqrt(k)
-    assert np.diff(loadgen.arrival_schedule(2.0, 5, seed=1, burstiness=None)) == \
+    assert np.diff(load_client.arrival_schedule(2.0, 5, seed=1, burstiness=None)) == \
         pytest.approx([0.5] * 4)  # a constant rate
-    assert loadgen.arrival_schedule(2.0, 1, seed=1) == [0.0]
+    assert load_client.arrival_schedule(2.0, 1, seed=1) == [0.0]
 
 
 def test_the_clients_lag_and_the_achieved_rate_are_summarized():
     recs = [{**rec, "scheduled_s": i * 0.5, "sent_s": i * 0.5 + lag}
             for i, (rec, lag) in enumerate(zip(records(4, 0), (0.001, 0.002, 0.003, 0.2)))]
-    s = loadgen.summarize(recs, 4.0, {})
+    s = load_client.summarize(recs, 4.0, {})
     assert s["send_lag_p50_ms"] == pytest.approx(2.5)
     assert s["send_lag_p99_ms"] == pytest.approx(194.09, rel=1e-3)
     assert s["achieved_rate_rps"] == pytest.approx(3 / (1.5 + 0.2 - 0.001))
-    assert loadgen.summarize(records(3, 0), 1.0, {})["send_lag_p50_ms"] is None  # closed loop
+    assert load_client.summarize(records(3, 0), 1.0, {})["send_lag_p50_ms"] is None  # closed loop
 
 
 def test_only_a_local_server_is_loaded():
     with pytest.raises(LadderError, match="not on 127.0.0.1"):
-        loadgen.check_local("http://example.com:8080")
-    loadgen.check_local("http://127.0.0.1:8080")
+        load_client.check_local("http://example.com:8080")
+    load_client.check_local("http://127.0.0.1:8080")
 
 
 def test_server_metrics_are_parsed_and_kept_as_peaks():
     text = ("# HELP x\nllamacpp:requests_deferred 2\nllamacpp:requests_processing 1\n"
             "llamacpp:prompt_tokens_total 96\nother 5\n")
-    m = loadgen.parse_metrics(text)
+    m = load_client.parse_metrics(text)
     assert m == {"requests_deferred": 2.0, "requests_processing": 1.0,
                  "prompt_tokens_total": 96.0}
-    brief = loadgen.metrics_brief([{**m, "requests_deferred": 0}, m])
+    brief = load_client.metrics_brief([{**m, "requests_deferred": 0}, m])
     assert brief["requests_deferred_max"] == 2 and brief["prompt_tokens_total"] == 96
 
 
@@ -248,7 +248,7 @@ SLACK_MS = 60
 
 def test_the_client_times_a_known_stream(stand_in):
     _, url = stand_in
-    reqs, duration = loadgen.run(loadgen.closed_loop(url, "c1", body, concurrency=1, requests=2,
+    reqs, duration = load_client.run(load_client.closed_loop(url, "c1", body, concurrency=1, requests=2,
                                                      timeout_s=10, max_s=30))
     for r in reqs:
         m = r.record()
@@ -265,7 +265,7 @@ def test_the_client_times_a_known_stream(stand_in):
 def test_a_final_chunk_past_64_kib_is_read(stand_in):
     app, url = stand_in
     app[STATE]["mode"] = "long"  # llama-server's final chunk carries the prompt's text
-    reqs, _ = loadgen.run(loadgen.closed_loop(url, "c1", body, concurrency=1, requests=1,
+    reqs, _ = load_client.run(load_client.closed_loop(url, "c1", body, concurrency=1, requests=1,
                                               timeout_s=10, max_s=30))
     assert reqs[0].status == "ok", reqs[0].error
     assert reqs[0].timings["predicted_n"] == TOKENS
@@ -273,7 +273,7 @@ def test_a_final_chunk_past_64_kib_is_read(stand_in):
 
 def test_concurrent_clients_overlap(stand_in):
     _, url = stand_in
-    reqs, duration = loadgen.run(loadgen.closed_loop(url, "c2", body, concurrency=2, requests=4,
+    reqs, duration = load_client.run(load_client.closed_loop(url, "c2", body, concurrency=2, requests=4,
                                                      timeout_s=10, max_s=30))
     assert all(r.status == "ok" for r in reqs)
     one = FIRST_S + (TOKENS - 1) * GAP_S
@@ -282,7 +282,7 @@ def test_concurrent_clients_overlap(stand_in):
 
 def test_open_loop_sends_at_the_scheduled_times(stand_in):
     _, url = stand_in
-    reqs, _ = loadgen.run(loadgen.open_loop(url, "r5", body, rate=5.0, requests=5, seed=1,
+    reqs, _ = load_client.run(load_client.open_loop(url, "r5", body, rate=5.0, requests=5, seed=1,
                                             timeout_s=10, max_s=30))
     for r in reqs:
         assert r.status == "ok"
@@ -297,7 +297,7 @@ def test_a_decided_probe_sends_no_more(stand_in):
     def decided(reqs) -> bool:
         return sum(r.status == "ok" for r in reqs) >= 1  # e.g. its first request missed a limit
 
-    reqs, duration = loadgen.run(loadgen.open_loop(
+    reqs, duration = load_client.run(load_client.open_loop(
         url, "capacity@2", body, rate=2.0, requests=4, seed=1, timeout_s=10, max_s=30,
         decided=decided, burstiness=None))
     # one request takes about FIRST_S + 3 gaps, the 0.5 s between sends
@@ -312,7 +312,7 @@ def test_a_decided_probe_sends_no_more(stand_in):
 def test_a_decided_closed_loop_probe_sends_no_more(stand_in):
     """A concurrency probe ends the same way: once ``decided`` holds, no client sends again."""
     _, url = stand_in
-    reqs, _ = loadgen.run(loadgen.closed_loop(
+    reqs, _ = load_client.run(load_client.closed_loop(
         url, "capacity@c1", body, concurrency=1, requests=4, timeout_s=10, max_s=30,
         decided=lambda reqs: sum(r.status == "ok" for r in reqs) >= 2))
     assert [r.status for r in reqs] == ["ok", "ok", "not sent", "not sent"]
@@ -327,17 +327,17 @@ def test_a_decided_closed_loop_probe_sends_no_more(stand_in):
 def test_faults_are_counted_with_their_reason(stand_in, mode, status, error):
     app, url = stand_in
     app[STATE]["mode"] = mode
-    reqs, _ = loadgen.run(loadgen.closed_loop(url, "c1", body, concurrency=1, requests=2,
+    reqs, _ = load_client.run(load_client.closed_loop(url, "c1", body, concurrency=1, requests=2,
                                               timeout_s=1, max_s=30))
     assert [r.status for r in reqs] == [status, status]
     assert all(error in (r.error or "") and r.error for r in reqs)
-    s = loadgen.summarize([r.record() for r in reqs], 1.0, {})
+    s = load_client.summarize([r.record() for r in reqs], 1.0, {})
     assert s["requests"] == 2 and s["completed"] == 0 and s["ttft_p50_ms"] == "failed"
 
 
 def test_an_agent_resends_its_history_and_the_server_reuses_it(stand_in):
     _, url = stand_in
-    turns = loadgen.run(loadgen.conversation(url, "agent-cache", conv=0, turns=3, turn_tokens=8,
+    turns = load_client.run(load_client.conversation(url, "agent-cache", conv=0, turns=3, turn_tokens=8,
                                              n_gen=2, cache=True, slot=0, seed=1, timeout_s=10))
     # each turn: the whole history (earlier prompts and the model's replies) + 8 new tokens
     assert [t.prompt_tokens for t in turns] == [8, 18, 28]
@@ -373,7 +373,7 @@ def synthetic_doc(fail_round: int | None = None, fast_ttft: float = 0.1) -> dict
             requests += recs
             levels.append({"level": "c1", "kind": "closed", "concurrency": 1, "round": rnd,
                            "order": pos, "rung": rung, "build_key": rung, "duration_s": 2.0,
-                           "summary": loadgen.summarize(recs, 2.0, SPEC["limits"]),
+                           "summary": load_client.summarize(recs, 2.0, SPEC["limits"]),
                            "server_metrics": {"requests_deferred_max": 0}})
     return {"quant": "q4_0", "threads": 2, "rounds": 4, "spec": SPEC, "slots": 1,
             "levels_planned": [{"level": "c1", "kind": "closed", "concurrency": 1}],
@@ -383,7 +383,7 @@ def synthetic_doc(fail_round: int | None = None, fast_ttft: float = 0.1) -> dict
 
 
 def test_the_report_judges_latency_per_level_like_a_cell():
-    sec = loadview.summarize_load(synthetic_doc(), PLAN, STATS)
+    sec = server_load_view.summarize_load(synthetic_doc(), PLAN, STATS)
     rows = {r["rung"]: r for r in sec["table"]}
     assert rows["floor"]["pooled"]["requests"] == 16 and rows["floor"]["pooled"]["good"] == 0
     assert rows["fast"]["pooled"]["good"] == 16
@@ -391,7 +391,7 @@ def test_the_report_judges_latency_per_level_like_a_cell():
     step = ttft99["vs_floor"][0]
     assert step["rung"] == "fast" and step["verdict"]["call"] == "faster"
     assert 8 < step["ratio"]["estimate"] < 12
-    words = loadview.sentences(sec)
+    words = server_load_view.sentences(sec)
     assert any(w.startswith("at 1 stream, `fast`'s p99 TTFT is") and "lower than `floor`'s" in w
                for w in words)
 
@@ -399,7 +399,7 @@ def test_the_report_judges_latency_per_level_like_a_cell():
 def test_a_round_whose_percentile_failed_counts_as_the_timeout_never_dropped():
     """Issue 43, item 2: the failed round enters the paired judgement at the request timeout
     (the least its failed requests' latency can be), not left out."""
-    sec = loadview.summarize_load(synthetic_doc(fail_round=2), PLAN, STATS)
+    sec = server_load_view.summarize_load(synthetic_doc(fail_round=2), PLAN, STATS)
     floor = next(r for r in sec["table"] if r["rung"] == "floor")
     assert floor["pooled"]["requests"] == 16 and floor["pooled"]["failed"] == 4
     assert floor["per_round"]["ttft_p99_ms"]["failed_rounds"] == 1
@@ -409,7 +409,7 @@ def test_a_round_whose_percentile_failed_counts_as_the_timeout_never_dropped():
     assert step["ratio"]["n"] == 4  # every round paired, the failed one at 60 s
     per_round = sorted(step["ratio"]["per_round"])
     assert per_round[-1] > 500 and per_round[0] < 15  # the failed round: 60 s against 0.1 s
-    ok = loadview.summarize_load(synthetic_doc(), PLAN, STATS)
+    ok = server_load_view.summarize_load(synthetic_doc(), PLAN, STATS)
     ok_step = next(c for c in ok["cells"] if c["metric"] == "ttft_p99_ms")["cell"]["vs_floor"][0]
     assert step["ratio"]["estimate"] > ok_step["ratio"]["estimate"]  # the failure counts
 
@@ -418,11 +418,11 @@ def test_levels_slots_and_context_follow_the_config():
     cfg = {"concurrency": [1, 4], "rates": [0.5], "n_prompt": 32, "n_gen": 8,
            "agent": {"enabled": True, "conversations": 2, "turns": 3, "turn_tokens": 64,
                      "n_gen": 8}}
-    assert [lv["level"] for lv in serveload.levels(cfg)] == [
+    assert [lv["level"] for lv in server_load.levels(cfg)] == [
         "c1", "c4", "r0.5", "agent-cache", "agent-nocache"]
-    assert serveload.slots_for(cfg) == 4
-    assert serveload.ctx_for(cfg) == 4 * (3 * (64 + 8) + 16)
-    assert math.isclose(loadgen.arrival_schedule(0.5, 2, 1)[0], 0.0)
+    assert server_load.slots_for(cfg) == 4
+    assert server_load.ctx_for(cfg) == 4 * (3 * (64 + 8) + 16)
+    assert math.isclose(load_client.arrival_schedule(0.5, 2, 1)[0], 0.0)
 
 
 def test_a_rounds_percentile_prints_with_its_interval_or_its_failures():
@@ -433,7 +433,7 @@ def test_a_rounds_percentile_prints_with_its_interval_or_its_failures():
     assert _fmt_ms_ci({"estimate": 1273.0, "lo": None, "hi": None, "failed_rounds": 1}) == \
         "1273, 1 round(s) failed"
     assert _fmt_ms_ci({"estimate": None, "failed_rounds": 3}) == "failed"
-    sec = loadview.summarize_load(synthetic_doc(fail_round=2), PLAN, STATS)
+    sec = server_load_view.summarize_load(synthetic_doc(fail_round=2), PLAN, STATS)
     floor = next(r for r in sec["table"] if r["rung"] == "floor")
     assert _fmt_ms_ci(floor["per_round"]["ttft_p99_ms"]).endswith(", 1 round(s) failed")
 
@@ -442,9 +442,9 @@ def test_an_open_level_whose_client_fell_behind_is_flagged():
     """Issue 43, item 3: the p99 send lag beyond half the mean gap means the rate named was not
     the rate offered."""
     row = {"kind": "open", "rate": 2.0, "pooled": {"send_lag_p99_ms": 260.0}}
-    assert loadview.client_behind(row) is True  # the gap is 500 ms
-    assert loadview.client_behind({**row, "pooled": {"send_lag_p99_ms": 20.0}}) is False
-    assert loadview.client_behind({"kind": "closed", "pooled": {}}) is None
+    assert server_load_view.client_behind(row) is True  # the gap is 500 ms
+    assert server_load_view.client_behind({**row, "pooled": {"send_lag_p99_ms": 20.0}}) is False
+    assert server_load_view.client_behind({"kind": "closed", "pooled": {}}) is None
 
 
 def render_load(tmp_path: Path, section: dict) -> tuple[str, str]:
@@ -462,7 +462,7 @@ def render_load(tmp_path: Path, section: dict) -> tuple[str, str]:
 
 
 def test_the_report_prints_success_only_percentiles_beside_the_table(tmp_path):
-    md, html = render_load(tmp_path, loadview.summarize_load(synthetic_doc(fail_round=2), PLAN,
+    md, html = render_load(tmp_path, server_load_view.summarize_load(synthetic_doc(fail_round=2), PLAN,
                                                              STATS))
     assert re.search(r"Success-only percentiles \(vLLM's: over the completed requests; the table "
                      r"counts the others as infinitely slow, as aiperf does\): `c1` `floor` "
@@ -479,9 +479,9 @@ CAP = {"enabled": True, "target": 0.9, "requests": 8, "probe_s": 5, "start_rps":
 
 def test_a_probe_offers_its_rate_long_enough_to_be_sustained():
     """A short burst is absorbed by any queue: a probe's sends span at least probe_s."""
-    assert serveload.probe_requests(16.0, 4, 5.0) == 81  # (81 - 1) / 16 = 5 s
-    assert serveload.probe_requests(0.125, 4, 5.0) == 4  # at least `requests`
-    assert serveload.probe_requests(1.0, 4, 5.0) == 6
+    assert server_load.probe_requests(16.0, 4, 5.0) == 81  # (81 - 1) / 16 = 5 s
+    assert server_load.probe_requests(0.125, 4, 5.0) == 4  # at least `requests`
+    assert server_load.probe_requests(1.0, 4, 5.0) == 6
 
 
 def search(true_rps: float, **kw) -> tuple[dict, list[float]]:
@@ -494,7 +494,7 @@ def search(true_rps: float, **kw) -> tuple[dict, list[float]]:
         return rate <= true_rps
 
     args = {"start": 0.5, "min_rate": 0.125, "max_rate": 16.0, "bisect": 2, **kw}
-    return serveload.search_capacity(attains, **args), tried
+    return server_load.search_capacity(attains, **args), tried
 
 
 def test_capacity_is_found_by_doubling_then_bisecting():
@@ -504,7 +504,7 @@ def test_capacity_is_found_by_doubling_then_bisecting():
     assert found["bound"] == "bracketed"
     lo, hi = found["bracket"]
     assert math.isclose(lo, math.sqrt(2)) and lo <= 1.5 < hi
-    assert math.isclose(hi / lo, loadview.resolution(CAP))  # resolved to 2^(1/4) = 1.19x
+    assert math.isclose(hi / lo, server_load_view.resolution(CAP))  # resolved to 2^(1/4) = 1.19x
     # a first rate that fails halves down instead
     found, tried = search(0.3)
     assert tried[:3] == [0.5, 0.25, 0.5 * 2 ** -0.5] and found["bracket"][0] <= 0.3
@@ -517,8 +517,8 @@ def test_capacity_outside_the_search_is_named_as_a_bound():
     above, tried = search(100.0)
     assert tried == [0.5, 1, 2, 4, 8, 16] and above["bound"] == "above"
     assert above["bracket"] == [16, None]
-    assert loadview._capacity_value(below) == (0.125, "below")  # an upper bound
-    assert loadview._capacity_value(above) == (16, "above")  # a lower bound
+    assert server_load_view._capacity_value(below) == (0.125, "below")  # an upper bound
+    assert server_load_view._capacity_value(above) == (16, "above")  # a lower bound
 
 
 def test_a_later_round_starts_at_the_earlier_capacity_on_the_same_grid():
@@ -545,16 +545,16 @@ def test_concurrency_capacity_doubles_then_bisects_to_one_stream():
         tried.append(n)
         return n <= true
 
-    found = serveload.search_concurrency(attains, max_streams=16)
+    found = server_load.search_concurrency(attains, max_streams=16)
     assert tried == [1, 2, 4, 8, 6, 5] and found["capacity_streams"] == 5
     assert found["bracket"] == [5, 6] and found["bound"] == "bracketed"
     tried.clear()
-    found = serveload.search_concurrency(attains, max_streams=16, hint=5)
+    found = server_load.search_concurrency(attains, max_streams=16, hint=5)
     assert tried == [5, 6] and found["bracket"] == [5, 6]
     tried.clear()
-    below = serveload.search_concurrency(lambda n: attains(n, 0), max_streams=16)
+    below = server_load.search_concurrency(lambda n: attains(n, 0), max_streams=16)
     assert tried == [1] and below["bound"] == "below" and below["bracket"] == [None, 1]
-    above = serveload.search_concurrency(lambda n: True, max_streams=12)
+    above = server_load.search_concurrency(lambda n: True, max_streams=12)
     assert above["bound"] == "above" and above["bracket"] == [12, None]
 
 
@@ -562,10 +562,10 @@ def test_hints_are_the_median_of_earlier_rounds():
     rows = [{"capacity": {"capacity_rps": r, "bracket": [r, r * 1.19]},
              "concurrency": {"capacity_streams": c, "bracket": [c, c + 1]}}
             for r, c in ((2.0, 3), (4.0, 5), (2.38, 4))]
-    assert serveload.capacity_hints([]) == {}
-    assert serveload.capacity_hints(rows) == {"rate": 2.38, "concurrency": 4}
+    assert server_load.capacity_hints([]) == {}
+    assert server_load.capacity_hints(rows) == {"rate": 2.38, "concurrency": 4}
     below = [{"capacity": {"capacity_rps": None, "bracket": [None, 0.125]}}]
-    assert serveload.capacity_hints(below) == {"rate": 0.125}
+    assert server_load.capacity_hints(below) == {"rate": 0.125}
 
 
 def capacity_doc(caps: dict[str, list[float]], bisect: int = 2,
@@ -586,7 +586,7 @@ def capacity_doc(caps: dict[str, list[float]], bisect: int = 2,
                                "attainment": good / 8, "passed": good == 8})
                 return good == 8
 
-            found = serveload.search_capacity(attains, start=0.5, min_rate=0.125,
+            found = server_load.search_capacity(attains, start=0.5, min_rate=0.125,
                                               max_rate=16.0, bisect=bisect)
             row = {"level": "capacity", "kind": "capacity", "round": rnd, "order": pos,
                    "rung": rung, "build_key": rung, "duration_s": 30.0, "summary": {},
@@ -601,7 +601,7 @@ def capacity_doc(caps: dict[str, list[float]], bisect: int = 2,
                                     "output_tokens_per_s": 10.0 * n})
                     return n <= true
 
-                found = serveload.search_concurrency(fits, max_streams=16)
+                found = server_load.search_concurrency(fits, max_streams=16)
                 row["concurrency"] = {**found, "target": 0.9, "probes": sprobes,
                                       "duration_s": 20.0}
             levels.append(row)
@@ -618,9 +618,9 @@ PRICE = {"instance": "test-vm", "usd_per_hour": 0.10, "date": "2026-11-29", "sou
 def test_capacity_is_judged_across_rounds_with_the_searchs_resolution():
     doc = capacity_doc({"floor": [0.6, 0.65, 0.6, 0.62], "fast": [2.6, 2.5, 2.7, 2.6],
                         "control": [2.6, 2.55, 2.6, 2.7]})
-    cap = loadview.summarize_load(doc, PLAN, STATS, PRICE)["capacity"]
+    cap = server_load_view.summarize_load(doc, PLAN, STATS, PRICE)["capacity"]
     rungs = {r["rung"]: r for r in cap["rungs"]}
-    res = loadview.resolution(CAP)
+    res = server_load_view.resolution(CAP)
     floor, fast = rungs["floor"], rungs["fast"]
     # a round's capacity is the highest rate that passed: at most the true one, within 1.19x
     for r, true in zip(floor["rounds"], [0.6, 0.65, 0.6, 0.62]):
@@ -639,7 +639,7 @@ def test_capacity_is_judged_across_rounds_with_the_searchs_resolution():
     assert curve[0.5]["requests"] == 32 and curve[0.5]["attainment"] == 1.0  # every round
     assert 0.85 < curve[0.5]["ci"][0] < 1.0 and curve[0.5]["ci"][1] == pytest.approx(1.0)
     assert curve[1.0]["attainment"] == 0.0 and curve[1.0]["ci"][1] < 0.15
-    words = loadview.capacity_sentences(cap)
+    words = server_load_view.capacity_sentences(cap)
     assert any(w.startswith("`fast` sustains") and "`floor`'s request rate at 90 % of requests "
                "within TTFT ≤ 500 ms" in w and "by the search's resolution;" in w for w in words), words
 
@@ -648,9 +648,9 @@ def test_a_difference_within_the_searchs_resolution_is_never_called():
     """Two rungs one bisection step apart in every round (1.19x, nothing else differs): the
     resolution carried by the test keeps it from being called faster."""
     doc = capacity_doc({"floor": [1.0] * 4, "fast": [1.2] * 4, "control": [1.2] * 4})
-    cap = loadview.summarize_load(doc, PLAN, STATS)["capacity"]
+    cap = server_load_view.summarize_load(doc, PLAN, STATS)["capacity"]
     step = cap["cell"]["vs_floor"][0]
-    assert step["ratio"]["estimate"] == pytest.approx(loadview.resolution(CAP))
+    assert step["ratio"]["estimate"] == pytest.approx(server_load_view.resolution(CAP))
     assert step["verdict"]["call"] != "faster"
     assert "usd_per_mtok" not in cap["rungs"][0] and cap["price"] is None
 
@@ -664,7 +664,7 @@ def test_compare_gates_on_a_capacity_that_fell():
                           "control": [2.6, 2.55, 2.6, 2.7]})
 
     def report(doc: dict) -> dict:
-        return {"serving": {"load": loadview.summarize_load(doc, PLAN, STATS)}}
+        return {"serving": {"load": server_load_view.summarize_load(doc, PLAN, STATS)}}
 
     out = compare_load(report(before), report(after), 0.95, ("BASE", "NEW"))
     rows = {r["rung"]: r for r in out["rows"] if r["cell"] == "load capacity"}
@@ -679,8 +679,8 @@ def test_compare_gates_on_a_capacity_that_fell():
 def test_the_report_prints_each_rungs_capacity(tmp_path):
     load = capacity_doc({"floor": [0.6, 0.65, 0.6, 0.62], "fast": [2.6, 2.5, 2.7, 2.6],
                          "control": [2.6, 2.55, 2.6, 2.7]})
-    sec = loadview.summarize_load(load, PLAN, STATS, PRICE)
-    sec["capacity_sentences"] = loadview.capacity_sentences(sec["capacity"])
+    sec = server_load_view.summarize_load(load, PLAN, STATS, PRICE)
+    sec["capacity_sentences"] = server_load_view.capacity_sentences(sec["capacity"])
     md, html = render_load(tmp_path, sec)
     part = md[md.find("#### Serving capacity"):]
     assert part and "resolved to 1.19x" in part, md[md.find("Serving under load"):][:2000]
@@ -695,7 +695,7 @@ def test_censored_rounds_never_make_an_equivalence():
     floor below the search and a rung at its top still call the step, named as censored."""
     doc = capacity_doc({"floor": [0.1, 0.1, 0.1, 0.1], "fast": [40.0, 50.0, 40.0, 45.0],
                         "control": [30.0, 60.0, 45.0, 40.0]})
-    cap = loadview.summarize_load(doc, PLAN, STATS)["capacity"]
+    cap = server_load_view.summarize_load(doc, PLAN, STATS)["capacity"]
     rungs = {r["rung"]: r for r in cap["rungs"]}
     assert rungs["fast"]["text"] == "≥ 16 (every round at the search's top)"
     assert rungs["fast"]["tps_text"] == f"≥ {16 * SPEC['n_gen']:.1f}"  # a lower bound
@@ -707,7 +707,7 @@ def test_censored_rounds_never_make_an_equivalence():
     assert step["verdict"]["call"] == "faster"
     assert step["censored"] == ("`floor` 4 of 4 round(s) below the search; `fast` 4 of 4 "
                                 "round(s) at the search's top")
-    words = loadview.capacity_sentences(cap)
+    words = server_load_view.capacity_sentences(cap)
     assert words and "censored rounds only pull it toward 1x" in words[0]
     # resolved finely (6 bisections: 1.1 %), two rungs at the top would read "equivalent"
     same = capacity_doc({"floor": [0.6] * 4, "fast": [40.0] * 4, "control": [40.0] * 4},
@@ -716,7 +716,7 @@ def test_censored_rounds_never_make_an_equivalence():
     for row in [r for r in same["levels"] if r["rung"] == "control"]:
         same["levels"].append({**row, "rung": "other", "build_key": "other"})
     plan = {**PLAN, "ladder_order": ["floor", "fast", "other"]}
-    cap = loadview.summarize_load(same, plan, STATS)["capacity"]
+    cap = server_load_view.summarize_load(same, plan, STATS)["capacity"]
     step = next(c for c in cap["cell"]["steps"] if c["rung"] == "other")
     assert step["ratio"]["estimate"] == pytest.approx(1.0)
     assert step["verdict"]["call"] == "inconclusive"
@@ -731,7 +731,7 @@ RATES = {"floor": [0.6, 0.65, 0.6, 0.62], "fast": [2.6, 2.5, 2.7, 2.6],
 def test_concurrency_capacity_is_judged_like_the_rate():
     """Streams are bisected to one (exact): no resolution bias; output tok/s and cost are what
     the passing probes at the capacity measured."""
-    sec = loadview.summarize_load(capacity_doc(RATES, streams=STREAMS), PLAN, STATS, PRICE)
+    sec = server_load_view.summarize_load(capacity_doc(RATES, streams=STREAMS), PLAN, STATS, PRICE)
     cc = sec["concurrency_capacity"]
     assert cc["dimension"] == "concurrency" and cc["resolution"] == 1.0
     rungs = {r["rung"]: r for r in cc["rungs"]}
@@ -746,7 +746,7 @@ def test_concurrency_capacity_is_judged_like_the_rate():
     assert step["verdict"]["call"] == "faster" and not step.get("bias")
     curve = {p["concurrency"]: p for p in cc["curve"]["fast"]}
     assert curve[1]["attainment"] == 1.0 and curve[16]["attainment"] == 0.0
-    words = loadview.capacity_sentences(cc)
+    words = server_load_view.capacity_sentences(cc)
     assert any("`floor`'s concurrent streams at 90 % of requests" in w for w in words), words
     assert sec["capacity"]["dimension"] == "rate"  # the rate's, beside it, unchanged
 
@@ -755,7 +755,7 @@ def test_compare_gates_on_concurrency_that_fell():
     from ladder.reporting.compare import compare_load
 
     def report(streams: dict) -> dict:
-        return {"serving": {"load": loadview.summarize_load(
+        return {"serving": {"load": server_load_view.summarize_load(
             capacity_doc(RATES, streams=streams), PLAN, STATS)}}
 
     fell = {**STREAMS, "fast": [3, 3, 4, 3]}
@@ -768,15 +768,15 @@ def test_compare_gates_on_concurrency_that_fell():
     # where a later round's search starts does not make two runs incomparable
     other = capacity_doc(RATES, streams=STREAMS)
     other["spec"] = {**other["spec"], "capacity": {**CAP, "warm_start": False}}
-    out = compare_load(report(STREAMS), {"serving": {"load": loadview.summarize_load(
+    out = compare_load(report(STREAMS), {"serving": {"load": server_load_view.summarize_load(
         other, PLAN, STATS)}}, 0.95, ("BASE", "NEW"))
     assert not out["not_comparable"]
 
 
 def test_the_report_prints_each_rungs_concurrency_capacity(tmp_path):
-    sec = loadview.summarize_load(capacity_doc(RATES, streams=STREAMS), PLAN, STATS, PRICE)
-    sec["capacity_sentences"] = loadview.capacity_sentences(sec["capacity"])
-    sec["concurrency_sentences"] = loadview.capacity_sentences(sec["concurrency_capacity"])
+    sec = server_load_view.summarize_load(capacity_doc(RATES, streams=STREAMS), PLAN, STATS, PRICE)
+    sec["capacity_sentences"] = server_load_view.capacity_sentences(sec["capacity"])
+    sec["concurrency_sentences"] = server_load_view.capacity_sentences(sec["concurrency_capacity"])
     md, html = render_load(tmp_path, sec)
     part = md[md.find("#### Concurrency capacity"):]
     assert part.startswith("#### Concurrency capacity"), md[md.find("Serving capacity"):][:3000]

@@ -15,7 +15,7 @@ from ladder.core.codeid import code_hashes
 from ladder.planning.plan import Plan, all_sources
 from ladder.preparing.source import base_of, source_id
 from ladder.reporting.sections import SECTIONS
-from ladder.planning.experiments import BENCH_EXPERIMENTS
+from ladder.planning.serving_experiments import BENCH_EXPERIMENTS
 from ladder.preparing.vendor import vendor_id
 from snakemake.exceptions import IncompleteCheckpointException
 

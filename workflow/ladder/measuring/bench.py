@@ -9,7 +9,7 @@ says how one llama-bench process runs and what its samples are.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -88,12 +88,12 @@ class BenchCell(harness.Experiment):
     workload: Mapping[str, Any]
     threads: int
     model: dict[str, Any]
-    reps_by: dict[str, int]
+    reps_by: dict[str, int] = field(default_factory=dict)  # calibrated (repetitions auto)
 
     def process(self, cell: Cell, policy: Policy, at: Attempt) -> Outcome:
         # before an auto calibration (the warmup round) every rung runs 1 repetition
         argv = bench_argv(cell.bins[at.name], self.model["path"], self.workload, self.threads,
-                          self.reps_by[at.name], policy.warmup, at.rung["bench_argv"])
+                          self.reps(at.name, policy), policy.warmup, at.rung["bench_argv"])
         res = run(argv, env=at.rung["env"], timeout_s=policy.timeout_s, cpus=policy.cpu_list)
         atomic_write_text(f"{at.stem}.json", res.stdout)
         atomic_write_text(f"{at.stem}.stderr.log",
@@ -114,6 +114,11 @@ class BenchCell(harness.Experiment):
             speeds.append(f"{float(np.mean(rec['samples_ts'])):.1f} tok/s")
         out.records, out.note = {"samples": samples}, ", ".join(speeds)
         return out
+
+    def reps(self, name: str, policy: Policy) -> int:
+        """llama-bench -r of a rung: calibrated after the warmup round (``after_warmup``), 1
+        before it with repetitions auto, else the policy's."""
+        return self.reps_by.get(name) or (1 if policy.auto else int(policy.reps))
 
     def after_warmup(self, cell: Cell, policy: Policy) -> None:
         if not policy.auto or policy.rep_rule is None:
@@ -158,20 +163,17 @@ def measure(exp: BenchCell, rungs: Sequence[Mapping[str, Any]], block: Mapping[s
     experiment). ``one_build``: every rung is one build's binary (a toggle, a lever's
     settings); when that build failed or is not applicable, the cell is written with each
     rung's status and no samples (the report names it), instead of failing the workflow."""
-    policy = harness.policy_from(block, exp.threads, protocol.phase_of(exp.workload), own_cpus)
-    seed, seed_source = protocol.run_seed(block["seed"])
-    cell = harness.open_cell(exp.name, rungs, paths.raw_dir, seed, none_ok=one_build)
-    exp.reps_by = {r["name"]: 1 if policy.auto else int(policy.reps) for r in rungs}
-    harness.measure(exp, cell, policy)
-    with open(paths.log, "a") as f:  # beside the progress lines the job's logger already wrote
-        f.write("\n".join(cell.log_lines) + "\n")
+    cell, policy, meta = harness.run_cell(
+        exp, rungs, block, paths, (exp.threads, protocol.phase_of(exp.workload), own_cpus),
+        none_ok=one_build)
     doc = {
-        **dict(identity or {}), "format": FORMAT, **harness.cell_meta(cell, policy),
-        "seed_source": seed_source, "quant": exp.quant, "workload": exp.workload_name,
-        "workload_spec": dict(exp.workload), "threads": exp.threads,
+        **dict(identity or {}), "format": FORMAT, **meta, "quant": exp.quant,
+        "workload": exp.workload_name, "workload_spec": dict(exp.workload),
+        "threads": exp.threads,
         "model": {k: exp.model.get(k) for k in
                   ("model", "quant", "sha256", "requantized", "size_bytes")},
-        "repetitions": policy.reps, "repetitions_by_rung": exp.reps_by,
+        "repetitions": policy.reps,
+        "repetitions_by_rung": {r["name"]: exp.reps(r["name"], policy) for r in rungs},
         "auto_repetitions": policy.rep_rule, "warmup": policy.warmup, "samples": cell.samples,
     }
     atomic_write_json(paths.out_json, doc)
@@ -183,4 +185,4 @@ def bench_cell(quant: str, workload_name: str, workload: Mapping[str, Any], thre
     """The cell of one quant, workload and thread count, on the model ``model_meta`` records."""
     return BenchCell(name=f"{quant}/{workload_name}/t{threads}", quant=quant,
                      workload_name=workload_name, workload=workload, threads=threads,
-                     model=read_json(model_meta), reps_by={})
+                     model=read_json(model_meta))

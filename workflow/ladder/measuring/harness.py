@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import random
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, ContextManager, Iterator, Mapping, Sequence
 
 from ladder.core import progress
 from ladder.core.errors import LadderError
@@ -278,6 +279,10 @@ class Experiment:
     def after_warmup(self, cell: Cell, policy: Policy) -> None:
         """Called once the warmup rounds are done (a bench cell calibrates its repetitions)."""
 
+    def session(self, policy: Policy) -> ContextManager[object]:
+        """What holds over the whole cell (a load generator pinned beside the servers' CPUs)."""
+        return nullcontext()
+
 
 def run_process(exp: Experiment, cell: Cell, policy: Policy, at: Attempt
                 ) -> tuple[dict[str, list[dict[str, Any]]], str | None]:
@@ -411,14 +416,32 @@ def measure(exp: Experiment, cell: Cell, policy: Policy) -> None:
                           cell.seed, cell.name)
     spare = iter(orders[first:])
     rnd = 0
-    while rnd < policy.warmup_rounds + cell.rounds:
-        if rnd == policy.warmup_rounds:
-            exp.after_warmup(cell, policy)
-        measure_round(exp, cell, policy, rnd, [n for n in orders[rnd] if n not in cell.retired],
-                      spare)
-        look(cell, policy, rnd + 1 - policy.warmup_rounds)
-        pilot(cell, policy, rnd + 1 - policy.warmup_rounds)
-        rnd += 1
+    with exp.session(policy):
+        while rnd < policy.warmup_rounds + cell.rounds:
+            if rnd == policy.warmup_rounds:
+                exp.after_warmup(cell, policy)
+            measure_round(exp, cell, policy, rnd,
+                          [n for n in orders[rnd] if n not in cell.retired], spare)
+            look(cell, policy, rnd + 1 - policy.warmup_rounds)
+            pilot(cell, policy, rnd + 1 - policy.warmup_rounds)
+            rnd += 1
+
+
+def run_cell(exp: Experiment, rungs: Sequence[Mapping[str, Any]], block: Mapping[str, Any],
+             paths: Paths, job: tuple[int, str | None, int | None],
+             none_ok: bool = False) -> tuple[Cell, Policy, dict[str, Any]]:
+    """A measuring job: its policy from ``block`` (``policy_from``; ``job``: the processes'
+    threads, the phase whose threshold the looks use, the job's CPUs), its cell through
+    ``measure``, the per-process log lines appended to the job's log. The cell, the policy, and
+    what every result file records of them (``cell_meta``, with where the seed came from)."""
+    threads, phase, own_cpus = job
+    policy = policy_from(block, threads, phase, own_cpus)
+    seed, seed_source = protocol.run_seed(block["seed"])
+    cell = open_cell(exp.name, rungs, paths.raw_dir, seed, none_ok=none_ok)
+    measure(exp, cell, policy)
+    with open(paths.log, "a") as f:  # beside the progress lines the job's logger already wrote
+        f.write("\n".join(cell.log_lines) + "\n")
+    return cell, policy, {**cell_meta(cell, policy), "seed_source": seed_source}
 
 
 def cell_meta(cell: Cell, policy: Policy) -> dict[str, Any]:

@@ -26,26 +26,9 @@ from ladder.core.io import (
 )
 from ladder.core.run import RunResult, run
 from ladder.core.status import unbuilt_status
+from ladder.planning.scoring import MIN_SCORED_TOKENS, scored_tokens
 
 FORMAT = "ladder-quality/1"
-# tools/perplexity/perplexity.cpp: "if (kld.count < 100) return; // we do not wish to do
-# statistics on so few values" - below this, KL mode prints its per-chunk table only.
-MIN_SCORED_TOKENS = 100
-
-
-def scored_tokens(ctx: int, chunks: int) -> int:
-    """Tokens llama-perplexity scores: the second half of each chunk, less its first token."""
-    return chunks * (ctx - ctx // 2 - 1)
-
-
-def check_settings(settings: Mapping[str, Any]) -> None:
-    n = scored_tokens(int(settings["ctx"]), int(settings["chunks"]))
-    if n < MIN_SCORED_TOKENS:
-        raise LadderError(
-            f"quality.chunks/quality.ctx: {settings['chunks']} chunks of {settings['ctx']} score "
-            f"{n} tokens; llama-perplexity prints no KL statistics under {MIN_SCORED_TOKENS}")
-
-
 def fetch_corpus(spec: Mapping[str, Any], dest: str, meta_out: str) -> None:
     kind = spec["kind"]
     out = Path(dest)

@@ -20,7 +20,7 @@ from ladder.core.hosts import Host
 from ladder.core.kernels import load_families
 from ladder.preparing.model import check_models
 from ladder.planning.protocol import check_repetitions, check_rounds_rule, threshold_for
-from ladder.measuring.quality import check_settings
+from ladder.planning.scoring import check_settings
 from ladder.preparing.recipes import Rung, quantizer_recipe, rungs_from_config
 
 

@@ -12,7 +12,7 @@ from ladder.core.hosts import Host
 from ladder.core.io import canonical_hash
 from ladder.core.kernels import load_families
 from ladder.preparing import emulation
-from ladder.planning import experiments, stages
+from ladder.planning import serving_experiments, stages
 from ladder.preparing.recipes import (
     Recipe,
     Rung,
@@ -292,7 +292,7 @@ class Plan:
         serving toggle's variant (aarch64: GGML_KLEIDIAI_SME=0 on the KleidiAI rung), on an
         emulated host by default (emulation.dispatch.toggle), on a real one if dispatch.toggle."""
         on = self.settings["dispatch_toggle"]
-        variant = experiments.toggle_variant(self.serving, self.ladder_name)
+        variant = serving_experiments.toggle_variant(self.serving, self.ladder_name)
         if not on or not variant or variant["rung"] != rung:
             return []
         base = self.rung(rung)
@@ -394,8 +394,8 @@ class Plan:
         its baseline, each with a second label of that base for the noise floor."""
         if not self.settings["serving"]:
             return []
-        pts = experiments.bench_points(self.serving, max(self.threads()))
-        variant = experiments.toggle_variant(self.serving, self.ladder_name)
+        pts = serving_experiments.bench_points(self.serving, max(self.threads()))
+        variant = serving_experiments.toggle_variant(self.serving, self.ladder_name)
         out = []
         for p in pts:
             if p["experiment"] == "toggle":
@@ -466,7 +466,7 @@ class Plan:
             twin = replace(baseline, name=p["control"], twin_of=p["twin"],
                            label=f"{baseline.label}, second label (noise floor)")
             return [self.rung_entry(v, provenance, base.name) for v in [*variants, twin]]
-        variant = experiments.toggle_variant(self.serving, self.ladder_name) or {}
+        variant = serving_experiments.toggle_variant(self.serving, self.ladder_name) or {}
         out = [entry(base),
                self.rung_entry(self.variant_rung(base, variant), provenance, base.name)]
         control = self.control

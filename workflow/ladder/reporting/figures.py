@@ -15,7 +15,7 @@ import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from ladder.planning.experiments import EXPERIMENTS, LEVERS
+from ladder.planning.serving_experiments import EXPERIMENTS, LEVERS
 from ladder.reporting.sections import SECTIONS
 from ladder.analysis.stats import phase_of
 

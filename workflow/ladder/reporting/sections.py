@@ -73,7 +73,7 @@ def _resolve(ref: str) -> Callable[..., Any]:
 SECTIONS: tuple[Section, ...] = (
     Section("serving", ("serving_points", "serving_prefix", "serving_concurrency",
                         "serving_load"),
-            build="ladder.analysis.servingview:section", slot="after_best_threads",
+            build="ladder.analysis.serving_view:section", slot="after_best_threads",
             figures="ladder.reporting.figures:serving_figures"),
     Section("hotspots", ("hotspots",), build="ladder.analysis.profileview:hotspots",
             slot="after_ledger", figures="ladder.reporting.figures:hotspot_bars"),

@@ -1,11 +1,12 @@
-"""Serving under load: llama-server per rung, driven by ``ladder.loadgen``, rungs taking turns
-within shuffled rounds like the bench (the report's view of it: ``ladder.loadview``).
+"""Serving under load: llama-server per rung, driven by ``load_client``, rungs taking turns
+within shuffled rounds through the bench cells' harness (the report's view of it:
+``analysis/server_load_view``).
 
 Per round and rung: one server (``slots`` parallel sequences, the rung's binary, the cell's CPU
 set, read back from /proc), warmed with one request per slot, then each level in turn:
 closed-loop concurrency levels, open-loop Poisson rates, and the agent workload (multi-turn
 conversations on a growing prefix) with prompt caching on and off. Every request's record and the
-server's /metrics samples are kept; the analysis (``ladder.loadview``) reads only those.
+server's /metrics samples are kept; the analysis (``analysis/server_load_view``) reads only those.
 """
 
 from __future__ import annotations
@@ -17,22 +18,22 @@ import os
 import random
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ladder.core.errors import LadderError
 from ladder.core.io import atomic_write_json, atomic_write_text, read_json
 from ladder.core.machine import task_cpus
 from ladder.core.run import Watch, process_cpu_s
-from ladder.measuring import harness, loadgen
+from ladder.measuring import harness, load_client
 from ladder.measuring.harness import Attempt, Cell, Outcome, Paths, Policy, cell_seed
-from ladder.measuring.server import PortTaken, Server, llama_server
-from ladder.planning.protocol import run_seed
+from ladder.measuring.llama_server import PortTaken, Server, llama_server
 
 FORMAT = "ladder-serving-load/1"
 METHOD = ("llama-server (--metrics) per rung and round on the cell's CPU set, warmed with one "
-          "request per slot; the client (ladder.loadgen, aiohttp) streams /completion with "
+          "request per slot; the client (ladder.load_client, aiohttp) streams /completion with "
           "token-ID prompts and times every token on its own clock; TTFT, TPOT, ITL and E2EL "
           "as vLLM's serving benchmark defines them; closed loop: N clients each sending its "
           "next request when the last one finished; open loop: Poisson arrivals")
@@ -154,41 +155,41 @@ def ctx_for(cfg: Mapping[str, Any]) -> int:
     return slots_for(cfg) * (per + 16)
 
 
-def _body(cfg: Mapping[str, Any], seed: int) -> loadgen.Body:
+def _body(cfg: Mapping[str, Any], seed: int) -> load_client.Body:
     def make(i: int) -> dict[str, Any]:
         rng = random.Random(cell_seed(seed, f"request/{i}"))
-        return {"prompt": loadgen.prompt_ids(rng, cfg["n_prompt"]), "n_predict": cfg["n_gen"],
+        return {"prompt": load_client.prompt_ids(rng, cfg["n_prompt"]), "n_predict": cfg["n_gen"],
                 "ignore_eos": True, "temperature": 0, "cache_prompt": False}
     return make
 
 
 def run_level(srv: Server, lv: Mapping[str, Any], cfg: Mapping[str, Any], seed: int,
-              decided: Callable[[Sequence[loadgen.Request]], bool] | None = None
-              ) -> tuple[list[loadgen.Request], float, list[dict[str, float]]]:
+              decided: Callable[[Sequence[load_client.Request]], bool] | None = None
+              ) -> tuple[list[load_client.Request], float, list[dict[str, float]]]:
     """One level against a running server; its requests, duration and /metrics samples
-    (``decided``: a capacity probe's early end, ``loadgen.open_loop``)."""
+    (``decided``: a capacity probe's early end, ``load_client.open_loop``)."""
     timeout, max_s = float(cfg["request_timeout_s"]), float(cfg["level_max_s"])
     body = _body(cfg, cell_seed(seed, lv["level"]))
     if lv["kind"] == "closed":
-        work = loadgen.closed_loop(srv.url, lv["level"], body, concurrency=lv["concurrency"],
+        work = load_client.closed_loop(srv.url, lv["level"], body, concurrency=lv["concurrency"],
                                    requests=cfg["requests"], timeout_s=timeout, max_s=max_s,
                                    decided=decided)
     elif lv["kind"] == "open":
-        work = loadgen.open_loop(srv.url, lv["level"], body, rate=lv["rate"],
+        work = load_client.open_loop(srv.url, lv["level"], body, rate=lv["rate"],
                                  requests=cfg["requests"], seed=cell_seed(seed, "arrivals"),
                                  timeout_s=timeout, max_s=max_s,
                                  burstiness=cfg.get("burstiness", 1.0), decided=decided)
     else:
         work = _agent(srv.url, lv, cfg["agent"], seed, timeout)
-    (reqs, duration), seen = loadgen.run(
-        loadgen.with_metrics(srv.url, float(cfg["metrics_every_s"]), work))
+    (reqs, duration), seen = load_client.run(
+        load_client.with_metrics(srv.url, float(cfg["metrics_every_s"]), work))
     return reqs, duration, seen
 
 
 async def _agent(url: str, lv: Mapping[str, Any], acfg: Mapping[str, Any], seed: int,
-                 timeout: float) -> tuple[list[loadgen.Request], float]:
+                 timeout: float) -> tuple[list[load_client.Request], float]:
     t0 = time.perf_counter()
-    convs = await asyncio.gather(*(loadgen.conversation(
+    convs = await asyncio.gather(*(load_client.conversation(
         url, lv["level"], conv=c, turns=acfg["turns"], turn_tokens=acfg["turn_tokens"],
         n_gen=acfg["n_gen"], cache=lv["cache"], slot=c,
         seed=cell_seed(seed, f"conversation/{c}"), timeout_s=timeout)
@@ -254,6 +255,19 @@ class Load(harness.Experiment):
         atomic_write_text(f"{at.stem}.json", json.dumps(got, indent=1, default=str))
         return out
 
+    @contextmanager
+    def session(self, policy: Policy) -> Iterator[None]:
+        """The load generator (this process) runs beside the servers' CPUs
+        (``_client_cpus``) for the whole cell."""
+        client_cpus = _client_cpus(policy.cpu_list)
+        before = os.sched_getaffinity(0)
+        if client_cpus:
+            os.sched_setaffinity(0, client_cpus)
+        try:
+            yield
+        finally:
+            os.sched_setaffinity(0, before)
+
     def warm_up(self, srv: Server, seed: int) -> list[int] | None:
         """One request per slot; the CPUs the server's threads may run on."""
         slots = slots_for(self.cfg)
@@ -282,10 +296,10 @@ class Load(harness.Experiment):
                 continue
             reqs, duration, mseen = run_level(srv, lv, cfg, seed)
             records = [r.record() for r in reqs]
-            summary = loadgen.summarize(records, duration, cfg["limits"])
+            summary = load_client.summarize(records, duration, cfg["limits"])
             metrics_seen[lv["level"]] = mseen
             rows.append({**lv, "position": i, "duration_s": duration, "summary": summary,
-                         "server_metrics": loadgen.metrics_brief(mseen), "cpus_seen": seen})
+                         "server_metrics": load_client.metrics_brief(mseen), "cpus_seen": seen})
             recs += records
             if not alive(srv.pid):
                 skipped = [x["level"] for x in order[i + 1:]]
@@ -305,24 +319,12 @@ def measure_load(rungs: Sequence[Mapping[str, Any]], block: Mapping[str, Any],
     quant = model["quant"].lower()
     exp = Load(name=f"load/{quant}/t{threads}", model=model, cfg=cfg, plan=levels(cfg),
                threads=threads)
-    policy = harness.policy_from(block, threads, own_cpus=own_cpus)
-    seed, seed_source = run_seed(block["seed"])
-    cell = harness.open_cell(exp.name, rungs, paths.raw_dir, seed)
+    cell, policy, meta = harness.run_cell(exp, rungs, block, paths, (threads, None, own_cpus))
     client_cpus = _client_cpus(policy.cpu_list)
-    before = os.sched_getaffinity(0)
-    if client_cpus:
-        os.sched_setaffinity(0, client_cpus)
-    try:
-        harness.measure(exp, cell, policy)
-    finally:
-        os.sched_setaffinity(0, before)
-    with open(paths.log, "a") as f:
-        f.write("\n".join(cell.log_lines) + "\n")
     if not cell.records.get("levels"):
         raise LadderError("serving load: no rung's llama-server completed a level: "
                           + "; ".join(f"{n}: {st['reason']}" for n, st in cell.status.items()))
-    doc = {"format": FORMAT, **harness.cell_meta(cell, policy), "seed_source": seed_source,
-           "experiment": "load", "quant": quant, "threads": threads, "spec": dict(cfg),
+    doc = {"format": FORMAT, **meta, "experiment": "load", "quant": quant, "threads": threads, "spec": dict(cfg),
            "levels_planned": exp.plan, "slots": slots_for(cfg), "ctx": ctx_for(cfg),
            "cpus": ",".join(map(str, policy.cpu_list)) if policy.cpu_list else None,
            "client_cpus": ",".join(map(str, client_cpus)) if client_cpus else None,
@@ -401,16 +403,16 @@ def _probe(srv: Server, cfg: Mapping[str, Any], seed: int, level: dict[str, Any]
     allowed = n - math.ceil(float(cfg["capacity"]["target"]) * n - 1e-9)
     missed: dict[int, bool] = {}  # each finished request judged once, as it finishes
 
-    def decided(reqs: Sequence[loadgen.Request]) -> bool:
+    def decided(reqs: Sequence[load_client.Request]) -> bool:
         for r in reqs:
             if r.index not in missed and r.status not in ("pending", "not sent"):
-                missed[r.index] = not loadgen.meets(
-                    {"status": r.status, **loadgen.metrics(r)}, cfg["limits"])
+                missed[r.index] = not load_client.meets(
+                    {"status": r.status, **load_client.metrics(r)}, cfg["limits"])
         return sum(missed.values()) > allowed
 
     reqs, duration, mseen = run_level(srv, level, {**cfg, "requests": n}, seed, decided)
     recs = [r.record() for r in reqs]
-    summary = loadgen.summarize(recs, duration, cfg["limits"])
+    summary = load_client.summarize(recs, duration, cfg["limits"])
     metrics_seen[level["level"]] = mseen
     records.extend(recs)
     sent = summary["requests"] - summary["not_sent"]

@@ -4,8 +4,9 @@ the report share (no measurement code: planning a run never imports it).
 * llama-bench points (one job per point): ``context`` (prefill at growing prompt lengths, decode
   at growing depth), ``kv_cache`` (cache types, flash attention on), ``ubatch`` (-ub sizes) and
   ``toggle`` (one binary with its mechanism on vs off, per thread count);
-* llama-server experiments (``ladder.serving``, ``ladder.serveload``): ``prefix_cache``,
-  ``load``; and llama-batched-bench's ``concurrency``.
+* llama-server experiments (``measuring/prefix_cache``, ``measuring/server_load``): ``prefix_cache``,
+  ``load``; and llama-batched-bench's ``concurrency``
+  (``measuring/batched_bench``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The report's view of serving under load (``ladder.serveload`` measures it): each level's
+"""The report's view of serving under load (``measuring/server_load`` measures it): each level's
 requests pooled per rung, per-round percentiles with intervals, p50/p99 TTFT and TPOT judged per
 level like a bench cell, the agent's turns, the prompt-caching lever, and the sentences."""
 
@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 
 from scipy.stats import binomtest
 
-from ladder.measuring import loadgen
+from ladder.measuring import load_client
 from ladder.analysis import stats
 
 # what the report judges per level, with the threshold phase each belongs to
@@ -26,7 +26,7 @@ def pooled(doc: Mapping[str, Any], rung: str, level: str) -> dict[str, Any] | No
     if not rows:
         return None
     recs = [r for r in doc["requests"] if r["rung"] == rung and r["level"] == level]
-    out = loadgen.summarize(recs, sum(r["duration_s"] for r in rows), doc["spec"]["limits"])
+    out = load_client.summarize(recs, sum(r["duration_s"] for r in rows), doc["spec"]["limits"])
     # the rate a round's sends achieved is a round's own (send times start at each level's
     # origin): their mean over rounds, never one rate over pooled sends
     rates = [r["summary"].get("achieved_rate_rps") for r in rows]
@@ -65,7 +65,7 @@ def metric_cell(doc: Mapping[str, Any], level: str, key: str, ladder: Sequence[s
     samples = []
     for r in doc["levels"]:
         v = r["summary"].get(key) if r["level"] == level else None
-        censored = v == loadgen.FAILED and worst is not None
+        censored = v == load_client.FAILED and worst is not None
         if censored:
             v = worst
         if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
@@ -143,7 +143,7 @@ def resolution(spec: Mapping[str, Any]) -> float:
     return float(2 ** (1 / 2 ** int(spec["bisect"])))
 
 
-# The two searches of a capacity row (``serveload._capacity``): its key in the row, the key of a
+# The two searches of a capacity row (``server_load._capacity``): its key in the row, the key of a
 # round's value, the words, a probe's value, the search's top and the settings that define it
 # (the resolution: ``_resolution``; streams are bisected to one, exact)
 DIMS: dict[str, dict[str, Any]] = {
@@ -235,7 +235,7 @@ def capacity(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
              twin: str | None, stats_cfg: Mapping[str, Any],
              price: Mapping[str, Any] | None = None, dim: str = "rate"
              ) -> dict[str, Any] | None:
-    """Each rung's serving capacity (``serveload._capacity``, once per round on its own
+    """Each rung's serving capacity (``server_load._capacity``, once per round on its own
     server), by request rate or (``dim`` "concurrency") by concurrent streams: per round the
     highest value within the SLO target; across rounds their geometric mean with its
     t-interval, widened by the search's resolution (a round's rate capacity is only known to
@@ -387,7 +387,7 @@ def success_only(table: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         out.append({"level": r["level"], "rung": r["rung"], "completed": p["completed"],
                     "requests": p["requests"],
                     **{f"{m}_ok_p{q}_ms": p.get(f"{m}_ok_p{q}_ms")
-                       for m in ("ttft", "tpot", "e2el") for q in loadgen.PERCENTILES}})
+                       for m in ("ttft", "tpot", "e2el") for q in load_client.PERCENTILES}})
     return out
 
 

@@ -11,11 +11,11 @@ from ladder.core import paths
 from ladder.analysis import stats
 from ladder.planning import protocol
 from ladder.core.errors import LadderError
-from ladder.planning.experiments import BENCH_EXPERIMENTS, EXPERIMENTS
+from ladder.planning.serving_experiments import BENCH_EXPERIMENTS, EXPERIMENTS
 from ladder.core.io import read_json
-from ladder.analysis.loadview import capacity_sentences
-from ladder.analysis.loadview import sentences as load_sentences
-from ladder.analysis.loadview import summarize_load
+from ladder.analysis.server_load_view import capacity_sentences
+from ladder.analysis.server_load_view import sentences as load_sentences
+from ladder.analysis.server_load_view import summarize_load
 
 if TYPE_CHECKING:  # an annotation only: the views never import the report's registry
     from ladder.reporting.sections import SectionContext
