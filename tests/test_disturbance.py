@@ -23,6 +23,7 @@ from ladder.measuring.bench import bench_cell, measure
 from ladder.measuring.harness import Paths, check_placement, disturbed
 from ladder.core.errors import LadderError
 from ladder.core.machine import cpu_set
+from ladder.core.records import CellDoc, RungStatus, Sample
 from ladder.core.run import machine_share
 
 FIX = Path(__file__).parent / "fixtures" / "x86_64" / "llama-bench-amx-q4_0-tg8.json"
@@ -141,6 +142,12 @@ def test_a_cell_runs_its_fixed_rounds_and_records_where(tmp_path):
     assert {s["round"] for s in doc["samples"]} == set(range(6))
     want = cpu_set(2)
     assert doc["cpus"] == want
+    # the records are what their types say (ladder.core.records): every key declared, the
+    # required ones present
+    for record, typed in ((doc, CellDoc), *((s, Sample) for s in doc["samples"]),
+                          *((st, RungStatus) for st in doc["rungs"].values())):
+        assert set(record) <= set(typed.__annotations__), set(record) - set(typed.__annotations__)
+        assert typed.__required_keys__ <= set(record), typed.__required_keys__ - set(record)
     assert all(s["cpus"] == ",".join(map(str, want)) and set(s["cpus_seen"]) <= set(want)
                for s in doc["samples"])
 

@@ -141,6 +141,11 @@ def test_variant_is_the_same_build_with_the_mechanism_off(default_config):
     assert v["provenance"] == f"b/{plan.build_keys['native_repack']}.json"
     assert v["bench_argv"] == ["--repack", "0"] and v["common_argv"] == ["--no-repack"]
     assert v["variant_of"] == "native_repack" and v["twin_of"] is None
+    from ladder.core.records import RungEntry  # every key a rung entry has is declared
+
+    for entry in [v, *plan.rung_entries(lambda key: f"b/{key}.json")]:
+        assert set(entry) <= set(RungEntry.__annotations__)
+        assert RungEntry.__required_keys__ <= set(entry)
     arm = _plan(default_config, "aarch64")
     k = arm.variant_rung(arm.rung("kleidiai"), toggle_variant(arm.serving, "aarch64"))
     assert dict(k.runtime.env) == {"GGML_KLEIDIAI_SME": "0"} and k.runtime.bench_argv() == []

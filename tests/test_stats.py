@@ -412,6 +412,11 @@ def test_the_pilot_reads_the_aa_pair_only():
     assert noisy_aa["rounds"] == 32 and noisy_aa["capped"] and "capped at 32" in noisy_aa["why"]
     none = protocol.plan_rounds(_pilot_samples(rng, 10, 0.1, 0.1), None, None, rule, 0.05, 20)
     assert none["rounds"] == 20 and none["sd"] is None and "fixed 20" in none["why"]
+    from ladder.core.records import RoundsPlan  # the plan is what its type says
+
+    for plan in (quiet_aa, noisy_aa, none):
+        assert set(plan) <= set(RoundsPlan.__annotations__)
+        assert RoundsPlan.__required_keys__ <= set(plan)
     text = stats.plan_text(noisy_aa)
     assert "10-round pilot" in text and "capped at 32" in text
 

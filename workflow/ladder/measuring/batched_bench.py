@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 from ladder.core.errors import LadderError
 from ladder.core.io import atomic_write_json, atomic_write_text, read_json
 from ladder.core.run import run
+from ladder.core.records import RungEntry
 from ladder.measuring import harness
 from ladder.measuring.harness import Attempt, Cell, Outcome, Paths, Policy
 
@@ -69,7 +70,7 @@ class Concurrency(harness.Experiment):
         return out
 
 
-def concurrency(rungs: Sequence[Mapping[str, Any]], block: Mapping[str, Any],
+def concurrency(rungs: Sequence[RungEntry], block: Mapping[str, Any],
                 settings: Mapping[str, Any], paths: Paths, threads: int,
                 own_cpus: int | None = None) -> dict[str, Any]:
     """Throughput and per-request latency vs parallel sequences (``Concurrency``), every rung

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, cast
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from ladder.core import parse, progress
 from ladder.core.errors import LadderError
 from ladder.core.io import atomic_write_json, atomic_write_text, read_json
 from ladder.core.run import RunResult, run
+from ladder.core.records import CellDoc, RungEntry
 from ladder.measuring import harness
 from ladder.measuring.harness import Attempt, Cell, Outcome, Paths, Policy
 from ladder.planning import protocol
@@ -130,9 +131,9 @@ class BenchCell(harness.Experiment):
             f"{policy.rep_rule['max']} repetitions)")
 
 
-def measure(exp: BenchCell, rungs: Sequence[Mapping[str, Any]], block: Mapping[str, Any],
+def measure(exp: BenchCell, rungs: Sequence[RungEntry], block: Mapping[str, Any],
             paths: Paths, identity: Mapping[str, Any] | None = None,
-            one_build: bool = False, own_cpus: int | None = None) -> dict[str, Any]:
+            one_build: bool = False, own_cpus: int | None = None) -> CellDoc:
     """Run ``warmup_rounds + rounds`` interleaved rounds of the cell (``harness.measure``);
     ``block``: its ``measure`` settings, read by ``harness.policy_from``. Warmup-round samples
     are kept but flagged (``"warmup": true``) and never enter the statistics.
@@ -166,7 +167,7 @@ def measure(exp: BenchCell, rungs: Sequence[Mapping[str, Any]], block: Mapping[s
     cell, policy, meta = harness.run_cell(
         exp, rungs, block, paths, (exp.threads, protocol.phase_of(exp.workload), own_cpus),
         none_ok=one_build)
-    doc = {
+    doc: CellDoc = cast(CellDoc, {
         **dict(identity or {}), "format": FORMAT, **meta, "quant": exp.quant,
         "workload": exp.workload_name, "workload_spec": dict(exp.workload),
         "threads": exp.threads,
@@ -175,7 +176,7 @@ def measure(exp: BenchCell, rungs: Sequence[Mapping[str, Any]], block: Mapping[s
         "repetitions": policy.reps,
         "repetitions_by_rung": {r["name"]: exp.reps(r["name"], policy) for r in rungs},
         "auto_repetitions": policy.rep_rule, "warmup": policy.warmup, "samples": cell.samples,
-    }
+    })
     atomic_write_json(paths.out_json, doc)
     return doc
 

@@ -16,12 +16,13 @@ import random
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ContextManager, Iterator, Mapping, Sequence
+from typing import Any, ContextManager, Iterator, Mapping, Sequence, cast
 
 from ladder.core import progress
 from ladder.core.errors import LadderError
 from ladder.core.io import read_json
 from ladder.core.machine import cpu_set, host_brief
+from ladder.core.records import RoundsPlan, RungEntry, RungStatus, Sample
 from ladder.core.status import unbuilt_status
 from ladder.planning import protocol
 
@@ -45,21 +46,22 @@ def round_orders(names: Sequence[str], rounds: int, seed: int,
     return orders
 
 
-def built_rungs(rungs: Sequence[Mapping[str, Any]], where: str, none_ok: bool = False
-                ) -> tuple[list[str], dict[str, dict[str, Any]], dict[str, str]]:
+def built_rungs(rungs: Sequence[RungEntry], where: str, none_ok: bool = False
+                ) -> tuple[list[str], dict[str, RungStatus], dict[str, str]]:
     """The rungs whose build succeeded (names, in order), every rung's status entry, and the
     bin dir of each built one; a failed build is a status, not an error, unless none built
     (``none_ok``: then too, for a cell whose rungs are all one build's binary)."""
-    status: dict[str, dict[str, Any]] = {}
+    status: dict[str, RungStatus] = {}
     active: list[str] = []
     bins: dict[str, str] = {}
     for r in rungs:
         prov = read_json(r["provenance"])
-        entry = {"build_key": prov.get("build_key"), "runtime": r["runtime"],
+        entry: RungStatus = {"build_key": prov.get("build_key"), "runtime": r["runtime"],
                  "source": (prov.get("source") or {}).get("label"),
                  "status": "measured", "reason": None}
         if prov.get("status") != "ok":
-            entry.update(status=unbuilt_status(prov), reason=prov.get("reason"), log=prov.get("log"))
+            entry.update({"status": unbuilt_status(prov), "reason": prov.get("reason"),
+                          "log": prov.get("log")})
         else:
             bins[r["name"]] = prov["bin_dir"]
             active.append(r["name"])
@@ -175,8 +177,8 @@ class Cell:
     requests), and the record of re-measured rounds."""
 
     name: str
-    rungs: Sequence[Mapping[str, Any]]
-    status: dict[str, dict[str, Any]]
+    rungs: Sequence[RungEntry]
+    status: dict[str, RungStatus]
     bins: dict[str, str]
     raw: Path
     seed: int
@@ -189,14 +191,15 @@ class Cell:
     used_orders: list[list[str]] = field(default_factory=list)
     retired: dict[str, int] = field(default_factory=dict)
     rounds: int = 0  # measured rounds planned (the horizon until a pilot look chooses them)
-    rounds_plan: dict[str, Any] | None = None
+    rounds_plan: RoundsPlan | None = None
 
     @property
-    def samples(self) -> list[dict[str, Any]]:
-        return self.records.setdefault("samples", [])
+    def samples(self) -> list[Sample]:
+        """The records of kind "samples", each completed as a ``Sample`` (``run_process``)."""
+        return cast(list[Sample], self.records.setdefault("samples", []))
 
     @property
-    def by_name(self) -> dict[str, Mapping[str, Any]]:
+    def by_name(self) -> dict[str, RungEntry]:
         return {r["name"]: r for r in self.rungs}
 
     def roles(self) -> tuple[list[str], str | None, str | None]:
@@ -207,7 +210,7 @@ class Cell:
         return ladder, control, twin
 
 
-def open_cell(name: str, rungs: Sequence[Mapping[str, Any]], raw_dir: str, seed: int,
+def open_cell(name: str, rungs: Sequence[RungEntry], raw_dir: str, seed: int,
               none_ok: bool = False) -> Cell:
     """A cell before its first round: its rungs' build statuses, its raw directory."""
     active, status, bins = built_rungs(rungs, name, none_ok=none_ok)
@@ -233,7 +236,7 @@ class Attempt:
     """One process to run: which rung, in which round, attempt and position, its raw files'
     stem, and whether the round is a warmup round."""
 
-    rung: Mapping[str, Any]
+    rung: RungEntry
     rnd: int
     attempt: int
     pos: int
@@ -297,8 +300,8 @@ def run_process(exp: Experiment, cell: Cell, policy: Policy, at: Attempt
     total = policy.warmup_rounds + cell.rounds
     if out.failure:
         progress.step("round", at.rnd + 1, total, at.name, out.failure.splitlines()[0], *tag)
-        cell.status[at.name].update(status="crashed" if out.crashed else "failed",
-                                    reason=out.failure, round=at.rnd, raw=out.raw)
+        cell.status[at.name].update({"status": "crashed" if out.crashed else "failed",
+                                     "reason": out.failure, "round": at.rnd, "raw": out.raw})
     else:
         check_placement(out.cpus_seen, policy.cpu_list, f"{cell.name} {at.where}")
         progress.step("round", at.rnd + 1, total, at.name, out.note, *tag,
@@ -427,7 +430,7 @@ def measure(exp: Experiment, cell: Cell, policy: Policy) -> None:
             rnd += 1
 
 
-def run_cell(exp: Experiment, rungs: Sequence[Mapping[str, Any]], block: Mapping[str, Any],
+def run_cell(exp: Experiment, rungs: Sequence[RungEntry], block: Mapping[str, Any],
              paths: Paths, job: tuple[int, str | None, int | None],
              none_ok: bool = False) -> tuple[Cell, Policy, dict[str, Any]]:
     """A measuring job: its policy from ``block`` (``policy_from``; ``job``: the processes'

@@ -16,6 +16,7 @@ from ladder.core.errors import LadderError
 from ladder.core.io import atomic_write_json, atomic_write_text, read_json
 from ladder.core.machine import task_cpus
 from ladder.core.run import Watch, process_cpu_s
+from ladder.core.records import RungEntry
 from ladder.measuring import harness
 from ladder.measuring.harness import Attempt, Cell, Outcome, Paths, Policy
 from ladder.measuring.llama_server import PortTaken, llama_server
@@ -97,7 +98,7 @@ class PrefixCache(harness.Experiment):
         }
 
 
-def prefix_cache(rungs: Sequence[Mapping[str, Any]], block: Mapping[str, Any],
+def prefix_cache(rungs: Sequence[RungEntry], block: Mapping[str, Any],
                  settings: Mapping[str, Any], paths: Paths, corpus: str, threads: int,
                  own_cpus: int | None = None) -> dict[str, Any]:
     """Cold vs warm TTFT on a shared prefix (``PrefixCache``), every rung interleaved;

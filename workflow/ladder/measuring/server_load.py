@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from ladder.core.errors import LadderError
 from ladder.core.io import atomic_write_json, atomic_write_text, read_json
 from ladder.core.machine import task_cpus
+from ladder.core.records import RungEntry
 from ladder.core.run import Watch, process_cpu_s
 from ladder.measuring import harness, load_client
 from ladder.measuring.harness import Attempt, Cell, Outcome, Paths, Policy, cell_seed
@@ -309,7 +310,7 @@ class Load(harness.Experiment):
                                   + (f"; not run: {', '.join(skipped)}" if skipped else ""))
 
 
-def measure_load(rungs: Sequence[Mapping[str, Any]], block: Mapping[str, Any],
+def measure_load(rungs: Sequence[RungEntry], block: Mapping[str, Any],
                  cfg: Mapping[str, Any], paths: Paths, threads: int,
                  own_cpus: int | None = None) -> dict[str, Any]:
     """Every rung's server under the load levels (``Load``), rungs interleaved by the harness;

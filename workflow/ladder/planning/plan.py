@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 from ladder.core.errors import LadderError
 from ladder.core.hosts import Host
 from ladder.core.io import canonical_hash
+from ladder.core.records import RungEntry
 from ladder.core.kernels import load_families
 from ladder.preparing import emulation
 from ladder.planning import serving_experiments, stages
@@ -426,11 +427,11 @@ class Plan:
         raise LadderError(f"serving: no point {experiment}/{point}/t{threads} in the plan")
 
     def rung_entry(self, r: Rung, provenance: Any, built_as: str | None = None
-                   ) -> dict[str, Any]:
+                   ) -> RungEntry:
         """What a measuring job gets for one rung: its settings and its build's provenance. The
         one place a rung entry is made: variants and second labels come through here too."""
-        entry = {**self.rung_summary(r, built_as),
-                 "provenance": provenance(self.build_keys[built_as or r.name])}
+        entry = cast(RungEntry, {**self.rung_summary(r, built_as),
+                                 "provenance": provenance(self.build_keys[built_as or r.name])})
         if built_as and built_as != r.name and not r.twin_of:
             entry["variant_of"] = built_as
         return entry
@@ -446,13 +447,13 @@ class Plan:
         return replace(base, name=str(variant["name"]), twin_of=None, runtime=runtime,
                        label=f"{base.label} ({variant['name']})")
 
-    def rung_entries(self, provenance: Any) -> list[dict[str, Any]]:
+    def rung_entries(self, provenance: Any) -> list[RungEntry]:
         return [self.rung_entry(r, provenance) for r in self.applicable]
 
-    def serving_rungs(self, p: Mapping[str, Any], provenance: Any) -> list[dict[str, Any]]:
+    def serving_rungs(self, p: Mapping[str, Any], provenance: Any) -> list[RungEntry]:
         """The rung entries one serving point measures: every rung, or for a point on one rung
         its variants of that rung's binary and the second label its floor comes from."""
-        def entry(r: Rung) -> dict[str, Any]:
+        def entry(r: Rung) -> RungEntry:
             return self.rung_entry(r, provenance)
 
         if p["experiment"] != "toggle" and not p.get("lever"):

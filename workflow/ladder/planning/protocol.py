@@ -14,12 +14,13 @@ import math
 import secrets
 from collections import defaultdict
 from functools import lru_cache
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, cast
 
 import numpy as np
 from scipy import stats as sps
 
 from ladder.core.errors import LadderError
+from ladder.core.records import RoundsPlan
 
 # 2: rounds chosen per cell from its pilot's A/A spread (measure.rounds_from_noise); 3: the
 # looks and the pilot read the rounds of one measured set (``regime_rounds``) and allow for
@@ -252,7 +253,7 @@ def rounds_from_sd(sd: float, pairs: int, rule: Mapping[str, Any], threshold: fl
 def plan_rounds(samples: Sequence[Mapping[str, Any]], control: str | None, twin: str | None,
                 rule: Mapping[str, Any], threshold: float, fallback: int,
                 statistic: str = "mean", next_set: Iterable[str] | None = None
-                ) -> dict[str, Any]:
+                ) -> RoundsPlan:
     """At the pilot look (pure): a cell's rounds from its own A/A spread. The per-round SD of
     log(control/twin) over the pilot's clean rounds of one measured set (``regime_rounds``:
     the rounds since the last retirement) sets how many rounds the cell needs to call
@@ -272,16 +273,18 @@ def plan_rounds(samples: Sequence[Mapping[str, Any]], control: str | None, twin:
     ratios = paired_ratios(samples, twin, control, statistic, used) \
         if used and control and twin else []
     if len(ratios) < MIN_ROUNDS:
-        return {**plan, "sd": None, "rounds": max(fallback, plan["pilot"]), "capped": False,
+        return cast(RoundsPlan, {
+                **plan, "sd": None, "rounds": max(fallback, plan["pilot"]), "capped": False,
                 "why": f"no A/A pair over the pilot ({len(ratios)} paired rounds): "
-                       f"the fixed {fallback} rounds"}
+                       f"the fixed {fallback} rounds"})
     sets = measured_sets(samples)
     ended = next_set is not None and sets[used[-1]] != frozenset(next_set)
     before = len(sets) if ended else sum(1 for r in sets if r < used[0])
     sd = float(np.log(np.asarray(ratios, dtype=float)).std(ddof=1))
     n, capped, planned = rounds_from_sd(sd, len(ratios), plan, threshold, before)
     after = (f" after the {before} rounds before the last retirement" if before else "")
-    return {**plan, "sd": sd, "planning_sd": planned, "pairs": len(ratios), "rounds": n,
+    return cast(RoundsPlan, {
+            **plan, "sd": sd, "planning_sd": planned, "pairs": len(ratios), "rounds": n,
             "capped": capped, "before": before,
             "why": (f"control/twin per-round SD {sd * 100:.1f} % over {len(ratios)} pilot "
                     f"rounds of one measured set ({planned * 100:.1f} % at its upper "
@@ -291,7 +294,7 @@ def plan_rounds(samples: Sequence[Mapping[str, Any]], control: str | None, twin:
                        f"±{plan['target'] * 100:g} % with {POWER * 100:.0f} % power; capped at "
                        f"{n}" if capped else
                        f"{n - before} rounds{after} call ±{plan['target'] * 100:g} % with "
-                       f"{POWER * 100:.0f} % power"))}
+                       f"{POWER * 100:.0f} % power"))})
 
 
 def check_repetitions(reps: int | str, warmup_rounds: int, statistic: str) -> None:
