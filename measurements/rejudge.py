@@ -21,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
-from ladder.analysis import stats
+from ladder.analysis import stats, wording
 
 
 def old_rule(doc: dict[str, Any], base: str, other: str, control: str, twin: str,
@@ -40,7 +40,7 @@ def old_rule(doc: dict[str, Any], base: str, other: str, control: str, twin: str
     lo, hi = math.log(r.lo), math.log(r.hi)  # type: ignore[arg-type]
     floor = f"floor ±{math.expm1(band) * 100:.1f} %"
     if lo > band or hi < -band:
-        return f"{stats.fmt_ratio(r.estimate)} {'faster' if lo > 0 else 'slower'} ({floor})"  # type: ignore[arg-type]
+        return f"{wording.fmt_ratio(r.estimate)} {'faster' if lo > 0 else 'slower'} ({floor})"  # type: ignore[arg-type]
     if -band <= lo and hi <= band:
         return f"within noise ({floor})"
     return f"cannot tell ({floor})"

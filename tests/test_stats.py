@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats as sps
 
-from ladder.analysis import stats
+from ladder.analysis import stats, wording
 from ladder.core.errors import LadderError
 
 
@@ -120,7 +121,7 @@ def test_aa_figures_are_the_ones_readers_compare():
     assert aa["sd_per_round"] == pytest.approx(ct.sd_log) and aa["se"] == pytest.approx(ct.se_log)
     assert aa["smallest_callable"] == pytest.approx(
         stats.smallest_callable(ct.se_log, 4, 0.05, 0.03))
-    text = stats.aa_text(aa, "control", "native_repack")
+    text = wording.aa_text(aa, "control", "native_repack")
     assert "|control/twin - 1| = " in text and "per-round SD" in text and "80 % power" in text
 
 
@@ -417,7 +418,7 @@ def test_the_pilot_reads_the_aa_pair_only():
     for plan in (quiet_aa, noisy_aa, none):
         assert set(plan) <= set(RoundsPlan.__annotations__)
         assert RoundsPlan.__required_keys__ <= set(plan)
-    text = stats.plan_text(noisy_aa)
+    text = wording.plan_text(noisy_aa)
     assert "10-round pilot" in text and "capped at 32" in text
 
 
@@ -630,3 +631,19 @@ def test_the_pilot_plans_on_the_rounds_after_the_retirement():
     now = protocol.plan_rounds(whole["samples"], "control", "a", rule, 0.05, 20,
                                next_set={"a", "b", "control"})
     assert now["before"] == 10 and now["rounds"] >= 13
+
+
+def test_stats_is_mathematics_and_its_sentences_live_in_wording():
+    """Issue 44, item 4: ``stats`` computes; every sentence it hands on is ``wording``'s (a
+    function of the numbers). What English stays in stats is the errors that name bad input."""
+    import ast
+
+    from ladder.analysis import stats as mod
+
+    tree = ast.parse(Path(mod.__file__).read_text())
+    raised = {id(n) for r in ast.walk(tree) if isinstance(r, ast.Raise)
+              for n in ast.walk(r)}
+    said = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.JoinedStr)
+            and id(n) not in raised
+            and not (isinstance(n.values[0], ast.Constant) and n.values[0].value == "bench ")]
+    assert said == [], f"sentences built in stats.py at lines {said}: move them to wording.py"

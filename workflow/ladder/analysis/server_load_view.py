@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 from scipy.stats import binomtest
 
 from ladder.measuring import load_client
-from ladder.analysis import stats
+from ladder.analysis import stats, wording
 
 # what the report judges per level, with the threshold phase each belongs to
 JUDGED = {"ttft_p50_ms": "prefill", "ttft_p99_ms": "prefill",
@@ -357,7 +357,7 @@ def capacity_sentences(cap: Mapping[str, Any] | None) -> list[str]:
         v, r = comp["verdict"], comp["ratio"]
         if v["call"] not in ("faster", "slower") or r["estimate"] is None:
             continue
-        line = (f"`{comp['rung']}` sustains {stats.fmt_ratio(r['estimate'])} `{comp['base']}`'s "
+        line = (f"`{comp['rung']}` sustains {wording.fmt_ratio(r['estimate'])} `{comp['base']}`'s "
                 f"{cap.get('what', 'request rate')} at {slo} ({v['text']})"
                 + (f"; censored rounds only pull it toward 1x: {comp['censored']}"
                    if comp.get("censored") else ""))
@@ -456,7 +456,7 @@ def sentences(section: Mapping[str, Any]) -> list[str]:
             # the verdict's text carries the interval at the level it is shown (after the run's
             # multiplicity step: the false-coverage-adjusted one)
             line = (f"at {_level_words(c['level'])}, `{comp['rung']}`'s {c['label']} is "
-                    f"{stats.fmt_ratio(ratio)} {word} than `{comp['base']}`'s (as a rate: "
+                    f"{wording.fmt_ratio(ratio)} {word} than `{comp['base']}`'s (as a rate: "
                     f"{v['text']})")
             if line not in out:
                 out.append(line)

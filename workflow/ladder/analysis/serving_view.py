@@ -8,7 +8,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ladder.core import paths
-from ladder.analysis import stats
+from ladder.analysis import stats, wording
 from ladder.planning import protocol
 from ladder.core.errors import LadderError
 from ladder.planning.serving_experiments import BENCH_EXPERIMENTS, EXPERIMENTS
@@ -62,7 +62,7 @@ def advantage_along(points: Sequence[Mapping[str, Any]], axis: str) -> list[str]
             continue
         (x0, first), (x1, last) = seen[0], seen[-1]
         f, l_ = first["ratio"], last["ratio"]
-        values = ", ".join(f"{stats.fmt_ratio(c['ratio']['estimate'])} at {x}" for x, c in seen)
+        values = ", ".join(f"{wording.fmt_ratio(c['ratio']['estimate'])} at {x}" for x, c in seen)
         calls = {first["verdict"]["call"], last["verdict"]["call"]}
         if calls == {"faster", "slower"}:
             trend = f"inverts between {x0} and {x1} {axis}"
@@ -141,8 +141,8 @@ def lever_sentence(kernel: Mapping[str, Any] | None,
     conf = int(k["confidence"] * 100)
 
     def one(r: Mapping[str, Any]) -> str:
-        return (f"{stats.fmt_ratio(r['estimate'])} ({conf}% CI {stats.fmt_ratio(r['lo'])}-"
-                f"{stats.fmt_ratio(r['hi'])})")
+        return (f"{wording.fmt_ratio(r['estimate'])} ({conf}% CI {wording.fmt_ratio(r['lo'])}-"
+                f"{wording.fmt_ratio(r['hi'])})")
 
     head = (f"TTFT on `{kernel['rung']}`: kernel ladder (vs `{kernel['base']}`, cold) "
             f"{one(k)}; prefix cache (warm vs cold) {one(c)}.")

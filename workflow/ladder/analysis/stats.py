@@ -45,6 +45,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 from scipy import stats as sps
 
+from ladder.analysis import wording
+from ladder.analysis.wording import METHOD, UNPAIRED_METHOD
 from ladder.core.errors import LadderError
 # the protocol's definitions, shared with the measurement (which never imports this module)
 from ladder.planning.protocol import (
@@ -69,12 +71,6 @@ from ladder.planning.protocol import (
 )
 
 MAD_Z = 3.5  # Iglewicz & Hoaglin's modified z-score cut-off
-METHOD = ("geometric mean of per-round ratios; paired t-test and Student t-interval on the mean "
-          "log ratio")
-UNPAIRED_METHOD = "ratio of geometric means; Welch t-test and interval on the difference of mean logs"
-RULE = ("faster/slower: paired test significant after Benjamini-Hochberg across the run's "
-        "comparisons and the estimate at least the phase's threshold; equivalent: the 90 % "
-        "interval inside the threshold (TOST); otherwise inconclusive")
 CALLS = ("faster", "slower")
 
 
@@ -146,8 +142,7 @@ def ratio_ci(ratios: Sequence[float], confidence: float = 0.95,
     sd = float(logs.std(ddof=1))
     factor = max(1.0, float(factor))
     se = sd / math.sqrt(n) * math.sqrt(factor)
-    method = METHOD + (f"; standard error x{math.sqrt(factor):.2f} for dependent rounds"
-                       if factor > 1 else "")
+    method = wording.method(factor)
     return _estimate(float(logs.mean()), se, n - 1, n, [float(r) for r in ratios], confidence,
                      method, sd)
 
@@ -170,14 +165,6 @@ def unpaired_ratio_ci(base: Sequence[float], other: Sequence[float],
     return _estimate(diff, se, df, n, [], confidence, UNPAIRED_METHOD, None)
 
 
-def fmt_ratio(x: float) -> str:
-    return f"{x:.2f}x" if x < 10 else f"{x:.1f}x"
-
-
-def _fmt_p(p: float) -> str:
-    return "p < 0.0001" if p < 1e-4 else f"p {p:.4f}" if p < 0.01 else f"p {p:.3f}"
-
-
 def verdict(r: RatioEstimate, threshold: float | None, *, bias: float = 0.0,
             selected: bool | None = None, shown_confidence: float | None = None,
             bias_why: str | None = None) -> Verdict:
@@ -189,12 +176,9 @@ def verdict(r: RatioEstimate, threshold: float | None, *, bias: float = 0.0,
     decision (None: the comparison's own test at 1 - confidence). ``shown_confidence``: the
     level of the printed interval (a selected comparison's false-coverage-adjusted level)."""
     if r.estimate is None or r.se_log is None or r.df is None or r.n < 3:
-        return Verdict("insufficient data", False,
-                       f"insufficient data ({r.n} paired rounds; at least 3 needed)")
+        return Verdict("insufficient data", False, wording.insufficient(r.n))
     if threshold is None:
-        return Verdict("no threshold", False,
-                       "not judged: no threshold (a cell it is compared with has no noise "
-                       "figures)")
+        return Verdict("no threshold", False, wording.NO_THRESHOLD)
     alpha = 1 - r.confidence
     m, se, df = math.log(r.estimate), r.se_log, r.df
     band = math.log1p(threshold)
@@ -205,35 +189,24 @@ def verdict(r: RatioEstimate, threshold: float | None, *, bias: float = 0.0,
     half = _tq(conf, df) * se + bias
     lo, hi = math.exp(m - half), math.exp(m + half)
     mde = smallest_callable(se, df, alpha, threshold, bias=bias)
-    power_txt = (f"this comparison calls effects of ±{mde * 100:.1f} % with "
-                 f"{POWER * 100:.0f} % power" if mde is not None else "")
-    ci = (f"{round(conf * 100, 1):g}% CI {fmt_ratio(lo)}-{fmt_ratio(hi)}"
-          + (", adjusted for selection" if shown_confidence else "")
-          + (f", widened ±{math.expm1(bias) * 100:.1f} % by "
-             f"{bias_why or 'the failed control check'}" if bias else ""))
+    ci = wording.interval(conf, lo, hi, bool(shown_confidence), bias, bias_why)
     common: dict[str, Any] = dict(resolving_power=mde, threshold=threshold, p_value=p,
                   adjusted=selected is not None, widened=bias or None)
     if significant and shrunk >= band:
         call = "faster" if m > 0 else "slower"
         beyond = (lo >= math.exp(band)) if m > 0 else (hi <= math.exp(-band))
-        hedge = "" if beyond else f", by less than {threshold * 100:.3g} % not ruled out"
-        return Verdict(call, True, f"{fmt_ratio(r.estimate)} {call}{hedge} ({ci}; {_fmt_p(p)}; "
-                       f"threshold ±{threshold * 100:.3g} %)", beyond_threshold=beyond,
-                       **common)
+        return Verdict(call, True, wording.called(r.estimate, call, beyond, ci, p, threshold),
+                       beyond_threshold=beyond, **common)
     t90 = _tq(1 - 2 * alpha, df) * se + bias
     if -band <= m - t90 and m + t90 <= band:
         return Verdict("equivalent", significant,
-                       f"equivalent within ±{threshold * 100:.3g} % ({round((1 - 2 * alpha) * 100):g}"
-                       f"% CI {fmt_ratio(math.exp(m - t90))}-{fmt_ratio(math.exp(m + t90))} "
-                       f"inside it)", **common)
-    if significant:
-        why = f"significant ({_fmt_p(p)}) but under the ±{threshold * 100:.3g} % threshold"
-    elif p <= alpha:
-        why = f"{_fmt_p(p)}, not significant after the multiplicity adjustment"
-    else:
-        why = f"not significant, {_fmt_p(p)}"
+                       wording.equivalent(threshold, 1 - 2 * alpha, math.exp(m - t90),
+                                          math.exp(m + t90)), **common)
+    reason = ("under_threshold" if significant else
+              "after_adjustment" if p <= alpha else "not_significant")
     return Verdict("inconclusive", significant,
-                   f"inconclusive ({why}: {ci}; {power_txt})", **common)
+                   wording.inconclusive(reason, p, threshold, ci, wording.power(mde, POWER)),
+                   **common)
 
 
 def control_check(ct: RatioEstimate | None) -> dict[str, Any]:
@@ -242,18 +215,12 @@ def control_check(ct: RatioEstimate | None) -> dict[str, Any]:
     or a drift). A failed check widens the cell's intervals by the bias it measured (``bias``,
     log scale), and the cell judges only gross steps (``judge``); it hides nothing."""
     if ct is None or ct.lo is None or ct.hi is None or ct.estimate is None:
-        return {"passed": None, "bias": 0.0,
-                "text": "no control check (control or twin not measured)"}
-    level = f"{round(ct.confidence * 100, 1):g}% CI {fmt_ratio(ct.lo)}-{fmt_ratio(ct.hi)}"
-    if ct.lo > 1.0 or ct.hi < 1.0:
-        bias = abs(math.log(ct.estimate))
-        return {"passed": False, "bias": bias,
-                "text": f"control check failed: the same build measured "
-                        f"{fmt_ratio(ct.estimate)} against itself ({level} excludes 1); this "
-                        f"cell's intervals are widened by ±{math.expm1(bias) * 100:.1f} % and "
-                        "it judges only gross steps (the rest: unjudged)"}
-    return {"passed": True, "bias": 0.0,
-            "text": f"control/twin {fmt_ratio(ct.estimate)} ({level}) includes 1"}
+        return {"passed": None, "bias": 0.0, "text": wording.NO_CONTROL}
+    passed = not (ct.lo > 1.0 or ct.hi < 1.0)
+    bias = 0.0 if passed else abs(math.log(ct.estimate))
+    return {"passed": passed, "bias": bias,
+            "text": wording.control_check(passed, ct.estimate, ct.confidence, ct.lo, ct.hi,
+                                          bias)}
 
 
 def aa_figures(ct: RatioEstimate | None, threshold: float) -> dict[str, Any] | None:
@@ -268,39 +235,6 @@ def aa_figures(ct: RatioEstimate | None, threshold: float) -> dict[str, Any] | N
             "rounds": ct.n, "threshold": threshold,
             "smallest_callable": smallest_callable(ct.se_log, ct.df, 1 - ct.confidence,
                                                    threshold)}
-
-
-def plan_text(plan: Mapping[str, Any] | None) -> str:
-    """How a cell's rounds were chosen (``protocol.plan_rounds``), or "" for fixed rounds."""
-    if not plan:
-        return ""
-    if plan.get("sd") is None:
-        return f"; rounds: {plan['why']}"
-    upper = plan.get("planning_sd")
-    return (f"; rounds chosen after a {plan['pilot']}-round pilot (per-round SD "
-            f"{plan['sd'] * 100:.1f} %"
-            + (f", {upper * 100:.1f} % at its upper {plan['assurance'] * 100:g} % limit"
-               if upper and upper != plan["sd"] else "")
-            + f"): {plan['rounds']} to call ±{plan['target'] * 100:g} %"
-            + (f", capped at {plan['max']} (more were needed)" if plan.get("capped") else ""))
-
-
-def aa_text(aa: Mapping[str, Any] | None, control: str | None, twin: str | None,
-            plan: Mapping[str, Any] | None = None) -> str:
-    """One line of a cell's A/A figures (the same in the report, the terminal and the fleet),
-    with how its rounds were chosen when they were (``plan``)."""
-    if not aa:
-        return "no A/A pair measured: no noise figures for this cell" + plan_text(plan)
-    conf = round(aa["confidence"] * 100, 1)
-    ci = aa["ci"]
-    sd, se, mde = aa["sd_per_round"], aa["se"], aa["smallest_callable"]
-    return (f"A/A ({control} vs {twin}): |control/twin - 1| = {aa['point'] * 100:.1f} %"
-            + (f" ({conf:g}% CI {fmt_ratio(ci[0])}-{fmt_ratio(ci[1])})" if ci[0] else "")
-            + (f"; per-round SD {sd * 100:.1f} %, SE {se * 100:.1f} %" if sd is not None else "")
-            + (f"; calls effects of ±{mde * 100:.1f} % with {POWER * 100:.0f} % power at "
-               f"{aa['rounds']} rounds (threshold ±{aa['threshold'] * 100:g} %)"
-               if mde is not None else "")
-            + plan_text(plan))
 
 
 def interval_reach(r: RatioEstimate) -> float | None:
@@ -419,22 +353,17 @@ def judge(comp: dict[str, Any], selected: bool | None = None,
                 shown_confidence=shown_confidence, bias_why=comp.get("bias_why"))
     why_not = comp.get("no_equivalence")
     if why_not and v.call == "equivalent":  # e.g. censored values: they only hide differences
-        v = replace(v, call="inconclusive", text=f"inconclusive, not equivalent: {why_not} "
-                                                 f"({v.text})")
+        v = replace(v, call="inconclusive", text=wording.not_equivalent(why_not, v.text))
     unresolved = comp.get("unresolved") or []
     if unresolved and v.call in ("insufficient data", "equivalent", "inconclusive"):
         # too few clean rounds, or no answer: the machine's fault, and said so
-        v = replace(v, call="disturbed",
-                    text=f"disturbed: round(s) {', '.join(map(str, unresolved))} stayed "
-                         f"disturbed after re-measuring ({r.n} clean rounds); not judged")
+        v = replace(v, call="disturbed", text=wording.disturbed(unresolved, r.n))
     elif comp.get("control_failed") and v.call in CALLS + ("equivalent", "inconclusive") \
             and not gross(v):
         # widening by the measured bias restores too little coverage for a moderate effect
         # (issue 42: 86 % to 88 % in simulation); a gross step still stands
         v = replace(v, call="unjudged", significant=False,
-                    text=f"unjudged: this cell's control check failed, so it judges only gross "
-                         f"steps (called at p ≤ {INTERIM_ALPHA:g} after widening by the bias it "
-                         f"measured); as measured: {v.text}")
+                    text=wording.unjudged(INTERIM_ALPHA, v.text))
     return asdict(v)
 
 
@@ -486,11 +415,10 @@ def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str |
                         # the smallest effect this cell calls with 80 % power (A/A spread,
                         # rounds, threshold): what "resolving power" means in the report
                         "floor": aa["smallest_callable"] if aa else None,
-                        "definition": "smallest effect called with 80 % power at this cell's "
-                                      "rounds, from the control/twin per-round spread and the "
-                                      "phase's threshold",
+                        "definition": wording.NOISE_FLOOR_DEFINITION,
                         "threshold": delta, "aa": aa, "control_check": check,
-                        "text": aa_text(aa, control, twin, doc.get("rounds_plan")),
+                        "text": wording.aa_text(aa, control, twin, doc.get("rounds_plan"),
+                                                POWER),
                         "rounds_plan": doc.get("rounds_plan"),
                         "max_round_deviation": max_dev,
                         "control_vs_twin": asdict(ct) if ct else None},
@@ -565,32 +493,18 @@ def run_dependence(docs: Iterable[Mapping[str, Any]], control: str | None, twin:
         cells += 1
         rounds += len(x)
     out: dict[str, Any] = {"cells": cells, "pairs": pairs, "lags": LAGS,
-                           "method": f"autocorrelations at lags 1-{LAGS} of the A/A log ratios, "
-                                     "pooled over the run's cells; variance factor "
-                                     f"(1 + 2·Σr) / (1 - {2 * LAGS}/n)"}
+                           "method": wording.dependence_method(LAGS)}
     if pairs < MIN_LAG_PAIRS or num[0] <= 0:
         factor = dependence_factor(ASSUMED_RHO)
         out.update(rho=None, ci=None, factor=factor, measured=False,
-                   text=f"Dependence between rounds: {pairs} A/A round pairs are too few to "
-                        f"measure it (at least {MIN_LAG_PAIRS}); standard errors allow for a "
-                        f"lag-1 correlation of {ASSUMED_RHO:g} (the bound measured on real "
-                        f"runs): x{math.sqrt(factor):.2f}.")
+                   text=wording.dependence_assumed(pairs, MIN_LAG_PAIRS, ASSUMED_RHO, factor))
         return out
     rho = [float(num[j] / num[0]) for j in range(1, LAGS + 1)]
     half = _tq(confidence, pairs) / math.sqrt(pairs)
     factor = max(1.0, (1 + 2 * sum(rho)) / (1 - 2 * LAGS / (rounds / cells)))
-    out.update(rho=rho, ci=[rho[0] - half, rho[0] + half], factor=factor, measured=True,
-               mean_rounds=rounds / cells,
-               text=f"Dependence between rounds: the A/A pairs' autocorrelation (about each "
-                    f"cell's mean, so about -1/n when rounds are independent) is "
-                    f"{rho[0]:+.2f} at lag 1 ({round(confidence * 100):g}% CI "
-                    f"{rho[0] - half:+.2f} to {rho[0] + half:+.2f}), "
-                    + ", ".join(f"{r:+.2f}" for r in rho[1:])
-                    + f" at lags 2-{LAGS} ({pairs} pairs of consecutive rounds in {cells} "
-                      f"cells)"
-                    + (f"; every standard error is widened x{math.sqrt(factor):.2f} for it."
-                       if factor > 1 else
-                       "; none to allow for: standard errors as for independent rounds."))
+    ci = [rho[0] - half, rho[0] + half]
+    out.update(rho=rho, ci=ci, factor=factor, measured=True, mean_rounds=rounds / cells,
+               text=wording.dependence_measured(rho, ci, confidence, pairs, cells, factor))
     return out
 
 
@@ -651,21 +565,7 @@ def fdr_adjust(cells: Sequence[dict[str, Any]], confidence: float = 0.95,
         did.append({"family": name, "comparisons": len(keys), "rejected": n_sel,
                     "interval_confidence_selected": shown})
 
-    def said(f: Mapping[str, Any]) -> str:
-        shown = f["interval_confidence_selected"]
-        return (f"{f['rejected']} of {f['comparisons']} passed the test" + (
-            f" (intervals shown at the false-coverage-adjusted level of {shown * 100:.1f} %)"
-            if shown else ""))
-
-    if floor is None:
-        text = (f"Multiplicity: the {did[0]['comparisons']} comparisons of this run form one "
-                f"Benjamini-Hochberg family at a false-discovery rate of {q * 100:g} %; "
-                f"{said(did[0])}.")
-    else:
-        text = (f"Multiplicity: two Benjamini-Hochberg families at a false-discovery rate of "
-                f"{q * 100:g} % each, declared before measuring, so that the gross steps never "
-                f"lower the bar for the moderate ones: the comparisons with the floor "
-                f"`{floor}`, {said(did[0])}; those between rungs above it, {said(did[1])}.")
+    text = wording.multiplicity(did, q, floor)
     return {"method": "Benjamini-Hochberg", "q": q,
             "comparisons": sum(f["comparisons"] for f in did),
             "rejected": sum(f["rejected"] for f in did),
@@ -690,15 +590,11 @@ def pooled_checks(cells: Sequence[Mapping[str, Any]], confidence: float = 0.95
         failed = bool(r.lo is not None and (r.lo > 1 or r.hi < 1))  # type: ignore[operator]
         out["label"] = {"cells": len(means), "estimate": r.estimate, "ci": [r.lo, r.hi],
                         "p_value": r.p_value, "passed": not failed,
-                        "text": (f"control/twin over {len(means)} cells: "
-                                 f"{fmt_ratio(r.estimate)} "  # type: ignore[arg-type]
-                                 f"({round(confidence * 100):g}% CI "
-                                 f"{fmt_ratio(r.lo)}-{fmt_ratio(r.hi)})"  # type: ignore[arg-type]
-                                 + (": a label bias, the run's ratios carry it"
-                                    if failed else ", no label bias"))}
+                        "text": wording.label_check(len(means), r.estimate, r.lo, r.hi,  # type: ignore[arg-type]
+                                                    confidence, failed)}
     else:
         out["label"] = {"cells": len(means), "passed": None,
-                        "text": f"pooled label check needs 3 cells with a control ({len(means)})"}
+                        "text": wording.label_needs(len(means))}
     by_pos: dict[int, list[float]] = defaultdict(list)
     for c in cells:
         for k, v in (c.get("positions") or {}).items():
@@ -716,10 +612,5 @@ def pooled_checks(cells: Sequence[Mapping[str, Any]], confidence: float = 0.95
                      "ci": [lo, hi], "flag": lo > 0 or hi < 0})
     flagged = [r for r in rows if r["flag"]]
     out["position"] = {"rows": rows, "passed": not flagged if rows else None,
-                       "text": ("position in the round's order: " + ", ".join(
-                           f"{r['position'] + 1}. {r['effect'] * 100:+.1f} %" for r in rows)
-                           + ("; runs at " + ", ".join(str(r["position"] + 1) for r in flagged)
-                              + " differ beyond chance (the shuffled orders spread it as noise)"
-                              if flagged else "; no position effect beyond chance"))
-                       if rows else "no position data"}
+                       "text": wording.position_check(rows)}
     return out

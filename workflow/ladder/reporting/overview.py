@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from ladder.analysis.stats import fmt_ratio, phase_of
+from ladder.analysis.stats import phase_of
+from ladder.analysis.wording import fmt_ratio
 
 # the mark a step's verdict gets in the table: called steps carry their ratio beside it
 MARKS = {"faster": "▲", "slower": "▼", "equivalent": "=", "inconclusive": "?",

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from typing import Any, Mapping, Sequence
 
 from ladder.reporting import sections
-from ladder.analysis import stats
+from ladder.analysis import stats, wording
 from ladder.core.errors import LadderError
 from ladder.core.io import atomic_write_json, load_each, load_first, read_json
 from ladder.measuring.dispatch import CREDITED, workload_phase
@@ -476,8 +476,8 @@ def provenance_section(*, src: Mapping[str, Any], host_doc: Mapping[str, Any],
         "ran_on": ran_on,
         "quantizer_build_key": plan.get("quantizer_build_key"),
         "models": model_docs,
-        "stats": {**dict(stats_cfg), "method": stats.METHOD,
-                  "unpaired_method": stats.UNPAIRED_METHOD, "rule": stats.RULE,
+        "stats": {**dict(stats_cfg), "method": wording.METHOD,
+                  "unpaired_method": wording.UNPAIRED_METHOD, "rule": wording.RULE,
                   "multiplicity": multiplicity, "pooled_checks": pooled,
                   "dependence": dependence},
         "tools": tool_versions(),

@@ -1,0 +1,207 @@
+"""How the statistics are said: every sentence of a verdict, a control check, a cell's A/A
+figures and rounds plan, the run's dependence, its multiplicity step and its pooled checks. Pure
+functions of the numbers ``ladder.analysis.stats`` computes (asv keeps ``statistics.py`` free of
+English the same way); the report, the terminal and the fleet print these sentences.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+METHOD = ("geometric mean of per-round ratios; paired t-test and Student t-interval on the mean "
+          "log ratio")
+UNPAIRED_METHOD = "ratio of geometric means; Welch t-test and interval on the difference of mean logs"
+RULE = ("faster/slower: paired test significant after Benjamini-Hochberg across the run's "
+        "comparisons and the estimate at least the phase's threshold; equivalent: the 90 % "
+        "interval inside the threshold (TOST); otherwise inconclusive")
+NO_THRESHOLD = ("not judged: no threshold (a cell it is compared with has no noise figures)")
+NO_CONTROL = "no control check (control or twin not measured)"
+
+
+def method(factor: float) -> str:
+    """A paired estimate's method, with the dependence factor its standard error took."""
+    return METHOD + (f"; standard error x{math.sqrt(factor):.2f} for dependent rounds"
+                     if factor > 1 else "")
+
+
+def fmt_ratio(x: float) -> str:
+    return f"{x:.2f}x" if x < 10 else f"{x:.1f}x"
+
+
+def fmt_p(p: float) -> str:
+    return "p < 0.0001" if p < 1e-4 else f"p {p:.4f}" if p < 0.01 else f"p {p:.3f}"
+
+
+def pct(x: float) -> str:
+    """A threshold or target as a percentage, e.g. ±5 %."""
+    return f"{x * 100:.3g} %"
+
+
+# --- a comparison's verdict (stats.verdict, stats.judge) --------------------------------------
+def insufficient(n: int) -> str:
+    return f"insufficient data ({n} paired rounds; at least 3 needed)"
+
+
+def interval(conf: float, lo: float, hi: float, adjusted: bool, widened: float,
+             why: str | None) -> str:
+    """The printed interval: its level, whether it is adjusted for selection, and what
+    widened it (a failed control check's bias, a search's resolution; log scale)."""
+    return (f"{round(conf * 100, 1):g}% CI {fmt_ratio(lo)}-{fmt_ratio(hi)}"
+            + (", adjusted for selection" if adjusted else "")
+            + (f", widened ±{math.expm1(widened) * 100:.1f} % by "
+               f"{why or 'the failed control check'}" if widened else ""))
+
+
+def called(estimate: float, call: str, beyond: bool, ci: str, p: float,
+           threshold: float) -> str:
+    hedge = "" if beyond else f", by less than {pct(threshold)} not ruled out"
+    return f"{fmt_ratio(estimate)} {call}{hedge} ({ci}; {fmt_p(p)}; threshold ±{pct(threshold)})"
+
+
+def equivalent(threshold: float, level: float, lo: float, hi: float) -> str:
+    return (f"equivalent within ±{pct(threshold)} ({round(level * 100):g}% CI "
+            f"{fmt_ratio(lo)}-{fmt_ratio(hi)} inside it)")
+
+
+def power(mde: float | None, power_level: float) -> str:
+    return (f"this comparison calls effects of ±{mde * 100:.1f} % with "
+            f"{power_level * 100:.0f} % power" if mde is not None else "")
+
+
+def inconclusive(reason: str, p: float, threshold: float, ci: str, power_text: str) -> str:
+    """``reason``: under_threshold (significant, smaller than δ), after_adjustment (its own
+    test passes, the run's multiplicity step does not), not_significant."""
+    why = {"under_threshold": f"significant ({fmt_p(p)}) but under the ±{pct(threshold)} "
+                              "threshold",
+           "after_adjustment": f"{fmt_p(p)}, not significant after the multiplicity adjustment",
+           "not_significant": f"not significant, {fmt_p(p)}"}[reason]
+    return f"inconclusive ({why}: {ci}; {power_text})"
+
+
+def not_equivalent(why_not: str, text: str) -> str:
+    return f"inconclusive, not equivalent: {why_not} ({text})"
+
+
+def disturbed(unresolved: Sequence[int], n: int) -> str:
+    return (f"disturbed: round(s) {', '.join(map(str, unresolved))} stayed disturbed after "
+            f"re-measuring ({n} clean rounds); not judged")
+
+
+def unjudged(interim_alpha: float, text: str) -> str:
+    return (f"unjudged: this cell's control check failed, so it judges only gross steps "
+            f"(called at p ≤ {interim_alpha:g} after widening by the bias it measured); as "
+            f"measured: {text}")
+
+
+# --- a cell's A/A pair -----------------------------------------------------------------------
+def control_check(passed: bool, estimate: float, conf: float, lo: float, hi: float,
+                  bias: float) -> str:
+    level = f"{round(conf * 100, 1):g}% CI {fmt_ratio(lo)}-{fmt_ratio(hi)}"
+    if not passed:
+        return (f"control check failed: the same build measured {fmt_ratio(estimate)} against "
+                f"itself ({level} excludes 1); this cell's intervals are widened by "
+                f"±{math.expm1(bias) * 100:.1f} % and it judges only gross steps (the rest: "
+                "unjudged)")
+    return f"control/twin {fmt_ratio(estimate)} ({level}) includes 1"
+
+
+def plan_text(plan: Mapping[str, Any] | None) -> str:
+    """How a cell's rounds were chosen (``protocol.plan_rounds``), or "" for fixed rounds."""
+    if not plan:
+        return ""
+    if plan.get("sd") is None:
+        return f"; rounds: {plan['why']}"
+    upper = plan.get("planning_sd")
+    return (f"; rounds chosen after a {plan['pilot']}-round pilot (per-round SD "
+            f"{plan['sd'] * 100:.1f} %"
+            + (f", {upper * 100:.1f} % at its upper {plan['assurance'] * 100:g} % limit"
+               if upper and upper != plan["sd"] else "")
+            + f"): {plan['rounds']} to call ±{plan['target'] * 100:g} %"
+            + (f", capped at {plan['max']} (more were needed)" if plan.get("capped") else ""))
+
+
+def aa_text(aa: Mapping[str, Any] | None, control: str | None, twin: str | None,
+            plan: Mapping[str, Any] | None = None, power_level: float = 0.80) -> str:
+    """One line of a cell's A/A figures (the same in the report, the terminal and the fleet),
+    with how its rounds were chosen when they were (``plan``)."""
+    if not aa:
+        return "no A/A pair measured: no noise figures for this cell" + plan_text(plan)
+    conf = round(aa["confidence"] * 100, 1)
+    ci = aa["ci"]
+    sd, se, mde = aa["sd_per_round"], aa["se"], aa["smallest_callable"]
+    return (f"A/A ({control} vs {twin}): |control/twin - 1| = {aa['point'] * 100:.1f} %"
+            + (f" ({conf:g}% CI {fmt_ratio(ci[0])}-{fmt_ratio(ci[1])})" if ci[0] else "")
+            + (f"; per-round SD {sd * 100:.1f} %, SE {se * 100:.1f} %" if sd is not None else "")
+            + (f"; calls effects of ±{mde * 100:.1f} % with {power_level * 100:.0f} % power at "
+               f"{aa['rounds']} rounds (threshold ±{aa['threshold'] * 100:g} %)"
+               if mde is not None else "")
+            + plan_text(plan))
+
+
+NOISE_FLOOR_DEFINITION = ("smallest effect called with 80 % power at this cell's rounds, from "
+                          "the control/twin per-round spread and the phase's threshold")
+
+
+# --- the run ---------------------------------------------------------------------------------
+def dependence_method(lags: int) -> str:
+    return (f"autocorrelations at lags 1-{lags} of the A/A log ratios, pooled over the run's "
+            f"cells; variance factor (1 + 2·Σr) / (1 - {2 * lags}/n)")
+
+
+def dependence_assumed(pairs: int, min_pairs: int, rho: float, factor: float) -> str:
+    return (f"Dependence between rounds: {pairs} A/A round pairs are too few to measure it (at "
+            f"least {min_pairs}); standard errors allow for a lag-1 correlation of {rho:g} "
+            f"(the bound measured on real runs): x{math.sqrt(factor):.2f}.")
+
+
+def dependence_measured(rho: Sequence[float], ci: Sequence[float], confidence: float,
+                        pairs: int, cells: int, factor: float) -> str:
+    return (f"Dependence between rounds: the A/A pairs' autocorrelation (about each cell's "
+            f"mean, so about -1/n when rounds are independent) is {rho[0]:+.2f} at lag 1 "
+            f"({round(confidence * 100):g}% CI {ci[0]:+.2f} to {ci[1]:+.2f}), "
+            + ", ".join(f"{r:+.2f}" for r in rho[1:])
+            + f" at lags 2-{len(rho)} ({pairs} pairs of consecutive rounds in {cells} cells)"
+            + (f"; every standard error is widened x{math.sqrt(factor):.2f} for it."
+               if factor > 1 else
+               "; none to allow for: standard errors as for independent rounds."))
+
+
+def _family(f: Mapping[str, Any]) -> str:
+    shown = f["interval_confidence_selected"]
+    return (f"{f['rejected']} of {f['comparisons']} passed the test" + (
+        f" (intervals shown at the false-coverage-adjusted level of {shown * 100:.1f} %)"
+        if shown else ""))
+
+
+def multiplicity(did: Sequence[Mapping[str, Any]], q: float, floor: str | None) -> str:
+    if floor is None:
+        return (f"Multiplicity: the {did[0]['comparisons']} comparisons of this run form one "
+                f"Benjamini-Hochberg family at a false-discovery rate of {q * 100:g} %; "
+                f"{_family(did[0])}.")
+    return (f"Multiplicity: two Benjamini-Hochberg families at a false-discovery rate of "
+            f"{q * 100:g} % each, declared before measuring, so that the gross steps never "
+            f"lower the bar for the moderate ones: the comparisons with the floor "
+            f"`{floor}`, {_family(did[0])}; those between rungs above it, {_family(did[1])}.")
+
+
+def label_check(cells: int, estimate: float, lo: float, hi: float, confidence: float,
+                failed: bool) -> str:
+    return (f"control/twin over {cells} cells: {fmt_ratio(estimate)} "
+            f"({round(confidence * 100):g}% CI {fmt_ratio(lo)}-{fmt_ratio(hi)})"
+            + (": a label bias, the run's ratios carry it" if failed else ", no label bias"))
+
+
+def label_needs(cells: int) -> str:
+    return f"pooled label check needs 3 cells with a control ({cells})"
+
+
+def position_check(rows: Sequence[Mapping[str, Any]]) -> str:
+    if not rows:
+        return "no position data"
+    flagged = [r for r in rows if r["flag"]]
+    return ("position in the round's order: " + ", ".join(
+        f"{r['position'] + 1}. {r['effect'] * 100:+.1f} %" for r in rows)
+        + ("; runs at " + ", ".join(str(r["position"] + 1) for r in flagged)
+           + " differ beyond chance (the shuffled orders spread it as noise)"
+           if flagged else "; no position effect beyond chance"))
