@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
 from ladder.core import parse
-from ladder.measuring.bench import bench_argv
+from ladder.measuring.llama_bench import bench_argv
 
 
 def parse_workload(text: str) -> dict[str, int]:

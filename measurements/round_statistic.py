@@ -35,7 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
 from ladder.core import parse
-from ladder.measuring.bench import bench_argv
+from ladder.measuring.llama_bench import bench_argv
 from ladder.measuring.harness import disturbed
 from ladder.planning.config import schema_defaults
 from ladder.core.io import atomic_write_json, atomic_write_text

@@ -244,3 +244,14 @@ def test_a_layer_imports_only_its_own_and_the_layers_before_it():
     for mod in (m for m, layer in layer_of.items() if layer == "measuring"):
         reach = {layer_of[m] for m in codeid.module_reach(mod)}
         assert not reach & {"analysis", "reporting"}, (mod, reach)
+
+
+def test_the_harness_and_the_bench_are_no_part_of_the_other_measurements():
+    """Issue 44: one harness for the round loops must not tie every measurement to it. The
+    dispatch ledger, evidence, kernel tests and hotspots never reach the harness or the bench
+    cell (the hotspots take llama-bench's command line from ``llama_bench``), and what only a
+    server needs (``watch``: a server's share of the machine) stays out of ``run``, which they
+    all reach: a change to how bench cells are measured re-runs none of them."""
+    for script in ("dispatch", "ledger", "evidence", "kernel_tests", "vendor_tests", "hotspots"):
+        reach = set(codeid.code_modules(script))
+        assert not reach & {"harness", "bench", "watch", "records"}, (script, sorted(reach))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ladder.reporting import render
+from ladder.reporting import figures, render
 from ladder.reporting import sections
 from ladder.reporting.report import build_doc
 from ladder.reporting.sections import SECTIONS, SLOTS, Section
@@ -57,6 +57,17 @@ def toy_build(ctx):
     return {"words": [json.loads(Path(f).read_text())["word"] for f in files]}
 
 
+def toy_figures(doc, out_dir):
+    """The toy section's own figure, drawn with the shared plotting helpers only."""
+    from ladder.reporting.plotting import plt, save
+
+    if not doc.get("toy"):
+        return None
+    fig, ax = plt.subplots()
+    ax.bar(range(len(doc["toy"]["words"])), [len(w) for w in doc["toy"]["words"]])
+    return {"id": "toy", "title": "Toy", "file": save(fig, Path(out_dir), "toy"), "caption": "c"}
+
+
 @pytest.fixture
 def toy(tmp_path, monkeypatch):
     """A made-up section: its builder (this module), its two template parts and its schema
@@ -75,8 +86,10 @@ def toy(tmp_path, monkeypatch):
     (schemas / "toy.schema.yaml").write_text(
         "type: [object, 'null']\nrequired: [words]\n"
         "properties: {words: {type: array, items: {type: string}}}\n")
-    entry = Section("toy", ("toy_in",), build=f"{__name__}:toy_build", slot="after_ledger")
+    entry = Section("toy", ("toy_in",), build=f"{__name__}:toy_build", slot="after_ledger",
+                    figures=f"{__name__}:toy_figures")
     monkeypatch.setattr(sections, "SECTIONS", (*SECTIONS, entry))
+    monkeypatch.setattr(figures, "SECTIONS", (*SECTIONS, entry))
     monkeypatch.setattr(render, "SECTIONS", (*SECTIONS, entry))
     monkeypatch.setattr(sections, "TEMPLATES", templates / "sections")
     monkeypatch.setattr(sections, "SCHEMAS", schemas)
@@ -105,6 +118,11 @@ def test_a_new_section_needs_only_its_own_parts(toy, tmp_path):
     assert md.index("## Dispatch ledger") < md.index("## Toy section\n\nregistered") < md.index(
         "## Quality drift")
     assert html.index('id="dispatch"') < html.index('<h2 id="toy">') < html.index('id="evidence"')
+    # its figure is its own module's, drawn by figures.draw_all (no edit to figures.py)
+    drawn = figures.draw_all({**fixture, "toy": doc["toy"]}, tmp_path / "figs")
+    assert drawn["toy"]["file"] == "toy.png" and (tmp_path / "figs" / "toy.png").is_file()
+    assert {"id": "toy", "title": "Toy", "file": "toy.png", "caption": "c"} in \
+        figures.section_figures(drawn)
 
 
 def test_an_input_no_one_reads_is_named(tmp_path):

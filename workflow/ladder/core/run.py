@@ -158,35 +158,6 @@ def machine_share(before: tuple[int, int, int] | None, after: tuple[int, int, in
             "steal_share": round(steal_s / capacity, 4), "ncpu": ncpu}
 
 
-class Watch:
-    """What the machine gave a tool that ``run`` does not start (a server a harness drives):
-    started before the tool, read with the tool's own CPU time once it has done its work."""
-
-    def __init__(self) -> None:
-        self.before = cpu_jiffies()
-        self.self_before = resource.getrusage(resource.RUSAGE_SELF)
-        self.start = time.monotonic()
-
-    def share(self, tool_cpu_s: float) -> dict[str, float]:
-        """``machine_share`` since the start; our own CPU time (e.g. a load generator's
-        threads) is ours, not another process's."""
-        after = resource.getrusage(resource.RUSAGE_SELF)
-        return machine_share(self.before, cpu_jiffies(), time.monotonic() - self.start,
-                             tool_cpu_s, (after.ru_utime + after.ru_stime)
-                             - (self.self_before.ru_utime + self.self_before.ru_stime))
-
-
-def process_cpu_s(pid: int) -> float:
-    """A running process's user + system CPU time (every thread), from /proc/<pid>/stat; 0 when
-    it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _HZ
-
-
 _PR_SET_PDEATHSIG = 1
 
 

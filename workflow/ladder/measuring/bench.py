@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Mapping, Sequence, cast
 
 import numpy as np
@@ -22,22 +21,10 @@ from ladder.core.run import RunResult, run
 from ladder.core.records import CellDoc, RungEntry
 from ladder.measuring import harness
 from ladder.measuring.harness import Attempt, Cell, Outcome, Paths, Policy
+from ladder.measuring.llama_bench import bench_argv
 from ladder.planning import protocol
 
 FORMAT = "ladder-samples/1"
-
-
-def bench_argv(bin_dir: str, model: str, workload: Mapping[str, Any], threads: int, reps: int,
-               warmup: bool, runtime_args: Sequence[str]) -> list[str]:
-    argv = [str(Path(bin_dir) / "llama-bench"), "-m", model,
-            "-p", str(workload.get("n_prompt", 0)), "-n", str(workload.get("n_gen", 0)),
-            "-t", str(threads), "-r", str(reps), "-o", "json"]
-    if workload.get("n_depth"):
-        argv += ["-d", str(workload["n_depth"])]
-    argv += [str(a) for a in workload.get("args") or ()]  # e.g. -ctk/-ctv/-fa, -ub (serving)
-    if not warmup:
-        argv.append("--no-warmup")
-    return argv + list(runtime_args)
 
 
 def calibrated_repetitions(samples: Sequence[Mapping[str, Any]], rungs: Sequence[Mapping[str, Any]],

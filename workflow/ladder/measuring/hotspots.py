@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ladder.core import progress
-from ladder.measuring.bench import bench_argv
+from ladder.measuring.llama_bench import bench_argv
 from ladder.core.errors import LadderError
 from ladder.core.io import atomic_write_json, atomic_write_text, read_json
 from ladder.core.kernels import FamilySet, load_families

@@ -1,7 +1,7 @@
 """A small load generator for llama-server: streamed requests, closed-loop and open-loop load,
 and the per-request metrics of vLLM's serving benchmark.
 
-Why not the field's generators (README "Serving under load"): guidellm needs torch,
+Why not the field's generators (docs/serving-under-load.md): guidellm needs torch,
 transformers and datasets; aiperf pins pandas 2 and huggingface_hub < 2 (ladder uses 3 and 2);
 llama-benchy tokenizes with transformers (a model-hub download). This client sends token-ID
 prompts (no tokenizer), to 127.0.0.1 only, with aiohttp.

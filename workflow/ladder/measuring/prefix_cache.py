@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 from ladder.core.errors import LadderError
 from ladder.core.io import atomic_write_json, atomic_write_text, read_json
 from ladder.core.machine import task_cpus
-from ladder.core.run import Watch, process_cpu_s
+from ladder.core.watch import Watch, process_cpu_s
 from ladder.core.records import RungEntry
 from ladder.measuring import harness
 from ladder.measuring.harness import Attempt, Cell, Outcome, Paths, Policy

@@ -163,6 +163,8 @@ def measure(*, rung: Mapping[str, Any], is_reference: bool, provenance: str,
         rec["logits_sha256"] = sha256_file(logits)
         if is_reference:
             ppl = parse.perplexity_final(res.stdout + res.stderr)
+            if ppl is None:  # _failure checked it: a second reader that disagrees is named
+                return done("failed", "floor base pass: no final perplexity estimate")
             rec.update(ppl=ppl[0], ppl_err=ppl[1], ppl_chunks=parse.perplexity_chunks(res.stdout),
                        wall_s=round(res.wall_s, 2))
         else:

@@ -27,7 +27,7 @@ from ladder.core.errors import LadderError
 from ladder.core.io import atomic_write_json, atomic_write_text, read_json
 from ladder.core.machine import task_cpus
 from ladder.core.records import RungEntry
-from ladder.core.run import Watch, process_cpu_s
+from ladder.core.watch import Watch, process_cpu_s
 from ladder.measuring import harness, load_client
 from ladder.measuring.harness import Attempt, Cell, Outcome, Paths, Policy, cell_seed
 from ladder.measuring.llama_server import PortTaken, Server, llama_server

@@ -14,20 +14,24 @@ import math
 import secrets
 from collections import defaultdict
 from functools import lru_cache
-from typing import Any, Callable, Iterable, Mapping, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, cast
 
 import numpy as np
 from scipy import stats as sps
 
 from ladder.core.errors import LadderError
-from ladder.core.records import RoundsPlan
+
+if TYPE_CHECKING:  # a type only: the plan stays the dict it is (code identity leaves it out)
+    from ladder.core.records import RoundsPlan
 
 # 2: rounds chosen per cell from its pilot's A/A spread (measure.rounds_from_noise); 3: the
 # looks and the pilot read the rounds of one measured set (``regime_rounds``) and allow for
-# dependent rounds (``ASSUMED_RHO``), and the planned rounds count from the last retirement
-VERSION = 3
+# dependent rounds (``ASSUMED_RHO``), and the planned rounds count from the last retirement; 4:
+# every measuring experiment through one harness (issue 44): the serving experiments' processes
+# pinned to the cell's CPUs and their disturbed rounds measured again, as the bench cells' were
+VERSION = 4
 # The practical threshold below which a change is not called, per phase (measured A/A bias and
-# the effects users ask about; README "Resolving power").
+# the effects users ask about; docs/statistics.md).
 DEFAULT_THRESHOLD = {"prefill": 0.05, "decode": 0.03}
 # Early looks only retire a rung whose every comparison is called at this strict level
 # (Haybittle-Peto): the final analysis keeps its nominal level.
@@ -229,7 +233,7 @@ def planning_sd(sd: float, pairs: int, assurance: float) -> float:
     ``assurance`` confidence limit (chi-square, ``pairs`` - 1 degrees of freedom), so that with
     that probability the pilot has not understated the cell's noise (Browne 1995). A 10-round
     pilot's SD alone is low in half the cells, which then get too few rounds (measured:
-    README "Resolving power")."""
+    docs/statistics.md)."""
     k = pairs - 1
     return sd * math.sqrt(k / float(sps.chi2.ppf(1 - assurance, k))) if assurance > 0.5 else sd
 
@@ -273,7 +277,7 @@ def plan_rounds(samples: Sequence[Mapping[str, Any]], control: str | None, twin:
     ratios = paired_ratios(samples, twin, control, statistic, used) \
         if used and control and twin else []
     if len(ratios) < MIN_ROUNDS:
-        return cast(RoundsPlan, {
+        return cast("RoundsPlan", {
                 **plan, "sd": None, "rounds": max(fallback, plan["pilot"]), "capped": False,
                 "why": f"no A/A pair over the pilot ({len(ratios)} paired rounds): "
                        f"the fixed {fallback} rounds"})
@@ -283,7 +287,7 @@ def plan_rounds(samples: Sequence[Mapping[str, Any]], control: str | None, twin:
     sd = float(np.log(np.asarray(ratios, dtype=float)).std(ddof=1))
     n, capped, planned = rounds_from_sd(sd, len(ratios), plan, threshold, before)
     after = (f" after the {before} rounds before the last retirement" if before else "")
-    return cast(RoundsPlan, {
+    return cast("RoundsPlan", {
             **plan, "sd": sd, "planning_sd": planned, "pairs": len(ratios), "rounds": n,
             "capped": capped, "before": before,
             "why": (f"control/twin per-round SD {sd * 100:.1f} % over {len(ratios)} pilot "
