@@ -704,15 +704,13 @@ def serving_files(wildcards):
 
 
 def serving_settings(*experiments):
-    """A serving job's own settings: the shared ones (quant, rounds, timeout) and those of its
-    experiments, so a change to another experiment re-measures none of its points."""
+    """A serving job's own settings: the quant and those of its experiments, so a change to
+    another experiment re-measures none of its points (its rounds and timeout are its policy's,
+    ``serving_policy``)."""
 
     def settings(wildcards):
         s = config["serving"]
-        return {
-            **{k: s[k] for k in ("quant", "rounds", "timeout_s")},
-            **{e: s[e] for e in experiments},
-        }
+        return {"quant": s["quant"], **{e: s[e] for e in experiments}}
 
     return settings
 

@@ -1,17 +1,15 @@
 """What the machine gave a tool that ``run.run`` does not start (a server a harness drives for
 a round): the same shares ``run.machine_share`` computes for a process it ran, from the
 machine's CPU time over the tool's life and the tool's own. Apart from ``run`` so that the
-modules every measuring rule reaches do not change for it."""
+modules every measuring rule reaches do not change for it (``run.run`` computes the same
+inline; it takes ``Watch`` when ``run`` next changes for a reason of its own)."""
 
 from __future__ import annotations
 
-import os
 import resource
 import time
 
-from ladder.core.run import cpu_jiffies, machine_share
-
-_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+from ladder.core.run import _HZ, cpu_jiffies, machine_share
 
 
 class Watch:

@@ -8,7 +8,6 @@ view: one batch, no request waits in a queue); every raw output kept. It runs th
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -39,14 +38,8 @@ def batched_records(text: str, source: str) -> list[dict[str, Any]]:
     return recs
 
 
-@dataclass
-class Concurrency(harness.Experiment):
+class Concurrency(harness.ModelExperiment):
     """Per round and rung: one llama-batched-bench over every parallel-sequence count."""
-
-    name: str
-    model: dict[str, Any]
-    cfg: Mapping[str, Any]
-    threads: int
 
     def process(self, cell: Cell, policy: Policy, at: Attempt) -> Outcome:
         cfg = self.cfg

@@ -287,6 +287,23 @@ class Experiment:
         return nullcontext()
 
 
+@dataclass
+class ModelExperiment(Experiment):
+    """An experiment of one model file at one thread count, with its own settings block (the
+    serving experiments: prefix cache, concurrency, load)."""
+
+    name: str
+    model: dict[str, Any]
+    cfg: Mapping[str, Any]
+    threads: int
+
+
+def nothing_measured(what: str, cell: Cell) -> LadderError:
+    """The error of a cell none of whose rungs gave a record, each rung's reason named."""
+    return LadderError(f"{what}: " + "; ".join(f"{n}: {st['reason']}"
+                                               for n, st in cell.status.items()))
+
+
 def run_process(exp: Experiment, cell: Cell, policy: Policy, at: Attempt
                 ) -> tuple[dict[str, list[dict[str, Any]]], str | None]:
     """One process of one rung: its records, completed, and why it was disturbed (None if it was

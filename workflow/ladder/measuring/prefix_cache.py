@@ -38,14 +38,10 @@ SUFFIXES = ("\n\nQuestion: who may copy this text?\nAnswer:",
 
 
 @dataclass
-class PrefixCache(harness.Experiment):
+class PrefixCache(harness.ModelExperiment):
     """Per round and rung: a fresh server, then cold, priming and warm requests on one prefix."""
 
-    name: str
-    model: dict[str, Any]
-    cfg: Mapping[str, Any]
     prefix: str
-    threads: int
     port: int | None
 
     def process(self, cell: Cell, policy: Policy, at: Attempt) -> Outcome:
@@ -106,12 +102,12 @@ def prefix_cache(rungs: Sequence[RungEntry], block: Mapping[str, Any],
     model = read_json(paths.model_meta)
     cfg = settings["prefix_cache"]
     exp = PrefixCache(name=f"prefix_cache/{model['quant']}/t{threads}", model=model, cfg=cfg,
-                      prefix=prefix_words(corpus, cfg["prefix_words"]), threads=threads,
+                      threads=threads, prefix=prefix_words(corpus, cfg["prefix_words"]),
                       port=cfg.get("port"))
     cell, _, meta = harness.run_cell(exp, rungs, block, paths, (threads, None, own_cpus))
     if not cell.samples:
-        raise LadderError("serving prefix_cache: no rung's llama-server produced a measurement: "
-                          + "; ".join(f"{n}: {st['reason']}" for n, st in cell.status.items()))
+        raise harness.nothing_measured(
+            "serving prefix_cache: no rung's llama-server produced a measurement", cell)
     doc = {"format": FORMAT, **meta,
            "experiment": "prefix_cache", "quant": model["quant"].lower(),
            "workload": "prefix_cache", "threads": threads,

@@ -208,15 +208,11 @@ def alive(pid: int) -> bool:
 
 
 @dataclass
-class Load(harness.Experiment):
+class Load(harness.ModelExperiment):
     """Per round and rung: one server through every level (``process``); the levels' rows and
     every request are its records."""
 
-    name: str
-    model: dict[str, Any]
-    cfg: Mapping[str, Any]
     plan: list[dict[str, Any]]
-    threads: int
 
     def process(self, cell: Cell, policy: Policy, at: Attempt) -> Outcome:
         """One rung's server for one round: every level, every request kept; a server that
@@ -318,13 +314,13 @@ def measure_load(rungs: Sequence[RungEntry], block: Mapping[str, Any],
     load generator runs beside the servers' CPUs (``_client_cpus``)."""
     model = read_json(paths.model_meta)
     quant = model["quant"].lower()
-    exp = Load(name=f"load/{quant}/t{threads}", model=model, cfg=cfg, plan=levels(cfg),
-               threads=threads)
+    exp = Load(name=f"load/{quant}/t{threads}", model=model, cfg=cfg, threads=threads,
+               plan=levels(cfg))
     cell, policy, meta = harness.run_cell(exp, rungs, block, paths, (threads, None, own_cpus))
     client_cpus = _client_cpus(policy.cpu_list)
     if not cell.records.get("levels"):
-        raise LadderError("serving load: no rung's llama-server completed a level: "
-                          + "; ".join(f"{n}: {st['reason']}" for n, st in cell.status.items()))
+        raise harness.nothing_measured(
+            "serving load: no rung's llama-server completed a level", cell)
     doc = {"format": FORMAT, **meta, "experiment": "load", "quant": quant, "threads": threads, "spec": dict(cfg),
            "levels_planned": exp.plan, "slots": slots_for(cfg), "ctx": ctx_for(cfg),
            "cpus": ",".join(map(str, policy.cpu_list)) if policy.cpu_list else None,

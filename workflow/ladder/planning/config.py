@@ -5,6 +5,7 @@ tools, prices, the emulated lane)."""
 from __future__ import annotations
 
 import copy
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, MutableMapping
 
@@ -54,10 +55,16 @@ def drop_null_entries(config: Any, schema: Mapping[str, Any]) -> bool:
     return dropped
 
 
+@lru_cache(maxsize=None)
+def load_schema(schema_path: str | Path) -> dict[str, Any]:
+    """The config schema, read once per process (never changed by its readers). libyaml's loader
+    where PyYAML has it: every workflow parse reads this schema."""
+    return dict(yaml.load(Path(schema_path).read_text(),
+                          Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+
+
 def validate_config(config: MutableMapping[str, Any], schema_path: str | Path) -> None:
-    # libyaml's loader where PyYAML has it: every workflow parse reads this schema
-    schema = yaml.load(Path(schema_path).read_text(),
-                       Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    schema = load_schema(schema_path)
     problem = first_error(config, schema)
     if not problem and drop_null_entries(config, schema):
         problem = first_error(config, schema)  # e.g. every entry of a map dropped
@@ -70,7 +77,7 @@ def schema_defaults(schema_path: str | Path, section: str) -> dict[str, Any]:
     """A config section as the schema fills it in when the config gives none of it (its
     defaults, nested objects included): the settings a library caller or a test starts from,
     so that no default lives anywhere but the schema."""
-    schema = yaml.safe_load(Path(schema_path).read_text())
+    schema = load_schema(schema_path)
 
     def filled(sub: Mapping[str, Any], given: Any) -> Any:
         if not isinstance(given, dict) or not sub.get("properties"):
