@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ladder.core import codeid
+from ladder.planning.serving_experiments import server_experiments
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,7 +37,8 @@ def test_every_script_rule_names_its_own_script():
             if "code=" not in rule:
                 continue
             seen += 1
-            assert f'code=code("{script.group(1)}")' in rule, (smk.name, rule.split(":")[0])
+            assert re.search(rf'code=code\("{script.group(1)}"[,)]', rule), (smk.name,
+                                                                           rule.split(":")[0])
     assert seen >= 15
 
 
@@ -45,6 +47,9 @@ def tree(tmp_path, monkeypatch):
     pkg, scripts = tmp_path / "ladder", tmp_path / "scripts"
     shutil.copytree(codeid.PACKAGE_DIR, pkg, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(codeid.SCRIPTS_DIR, scripts)
+    # the schemas the package reads on import (the config schema declares the serving
+    # experiments), where they lie relative to it
+    shutil.copytree(codeid.PACKAGE_DIR.parent / "schemas", tmp_path / "schemas")
     monkeypatch.setattr(codeid, "PACKAGE_DIR", pkg)
     monkeypatch.setattr(codeid, "SCRIPTS_DIR", scripts)
     codeid._tree.cache_clear()
@@ -67,7 +72,10 @@ def test_a_comment_reruns_nothing_and_a_logic_change_reruns_its_rules(tree):
     assert after["bench"] == before["bench"]  # a measurement that never reaches it
 
 
-MEASURING = ("bench", "serve_bench", "serve_load", "serve_prefix", "serve_concurrency")
+# the measuring rules' code: (adapter, the entry its rule names): the serve rule runs each
+# serving experiment's own module (its x-serving)
+MEASURING = (("bench",), ("serve_bench",),
+             *(("serve", e.module) for e in server_experiments()))
 ANALYSIS = {"stats", "serving_view", "server_load_view", "report", "figures", "render", "overview",
             "fleet", "compare", "cost"}
 
@@ -77,7 +85,7 @@ def test_a_measurement_never_reaches_the_analysis():
     set and the protocol (``ladder.planning.protocol``, its VERSION included); the statistics and the
     report are analysis, re-run from the kept samples."""
     for script in MEASURING:
-        mods = set(codeid.code_modules(script))
+        mods = set(codeid.code_modules(*script))
         assert "protocol" in mods, script
         assert not mods & ANALYSIS, (script, sorted(mods & ANALYSIS))
     assert "protocol" in codeid.code_modules("report")  # the analysis reads the same protocol
@@ -92,26 +100,26 @@ def test_a_measurement_never_reaches_the_build_code():
     re-measures nothing else (the bench rule reached 15 modules through one 3-line function,
     build.unbuilt_status, until 2026-12-05). The evidence rule reads the launcher of the
     emulated lane (its crash note), nothing else of it."""
-    for script in (*MEASURING, "evidence", "quality"):
-        mods = set(codeid.code_modules(script))
-        allowed = {"emulation"} if script == "evidence" else set()
+    for script in (*MEASURING, ("evidence",), ("quality",)):
+        mods = set(codeid.code_modules(*script))
+        allowed = {"emulation"} if script == ("evidence",) else set()
         assert not mods & (PREPARING - allowed), (script, sorted(mods & PREPARING))
 
 
 def test_a_changed_statistic_reruns_the_analysis_not_the_measurement(tree):
-    before = {s: codeid.code_hash(s) for s in ("report", *MEASURING)}
+    before = {s: codeid.code_hash(*s) for s in (("report",), *MEASURING)}
     stats = tree / "analysis" / "stats.py"
     stats.write_text(stats.read_text().replace("MAD_Z = 3.5", "MAD_Z = 3.0"))
     codeid._tree.cache_clear()
-    after = {s: codeid.code_hash(s) for s in before}
-    assert after["report"] != before["report"]
+    after = {s: codeid.code_hash(*s) for s in before}
+    assert after[("report",)] != before[("report",)]
     assert all(after[s] == before[s] for s in MEASURING)
     proto = tree / "planning" / "protocol.py"  # a new protocol version re-measures every cell
     text = proto.read_text()
     version = int(re.search(r"^VERSION = (\d+)", text, re.M).group(1))
     proto.write_text(text.replace(f"VERSION = {version}", f"VERSION = {version + 1}"))
     codeid._tree.cache_clear()
-    bumped = {s: codeid.code_hash(s) for s in before}
+    bumped = {s: codeid.code_hash(*s) for s in before}
     assert all(bumped[s] != after[s] for s in MEASURING)
 
 

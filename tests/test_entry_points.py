@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# every stage of the default run, in dataflow order (serve_prefix is off by default: the load
-# experiment's agent workload measures prompt caching on every rung)
+# every stage of the default run, in dataflow order (serve runs concurrency and load; prefix_cache
+# is off by default: the load experiment's agent workload measures prompt caching on every rung)
 STAGES = ["fetch_source", "host_facts", "build", "fetch_model", "quantize", "evidence", "bench",
           "fetch_corpus", "quality", "dispatch", "ledger", "bandwidth", "serve_bench",
-          "serve_concurrency", "serve_load", "host_report", "render", "fleet"]
+          "serve", "host_report", "render", "fleet"]
 
 
 def fresh(tmp_path: Path) -> Path:

@@ -52,7 +52,7 @@ def test_serving_section_reads_the_points_own_identity(tmp_path):
     stats_cfg = {"confidence": 0.95, "bootstrap_resamples": 100, "seed": 1}
     point = {**point, "x": 64, "phase": "prefill", "spec": {"n_prompt": 64}}
     out = serving_section(plan={"ladder_order": []}, stats_cfg=stats_cfg, points=[point],
-                          point_files=[str(f)], prefix=[], concurrency_files=[], missing=missing)
+                          point_files=[str(f)], missing=missing)
     assert not missing, missing  # recognised by its identity, though its path says nothing
     (p,) = out["ubatch"]
     assert (p["point"], p["threads"]) == ("ub64", 2)

@@ -33,7 +33,13 @@ def test_every_section_has_its_parts(section):
                      re.S)
     assert body, f"common.smk has no {section.key}_files(wildcards)"
     named = set(re.findall(r'^\s{8}"(\w+)":', body.group(1), re.M))
+    if section.subkeys:  # one input per part of its own, named f"<key>_{part}" in a loop
+        assert re.search(rf'f"{section.key}_{{key}}"', body.group(1)), section.key
+        named |= {f"{section.key}_{k}" for k in section.subkeys}
     assert named == set(section.inputs), (section.key, named)
+    for key, parts in section.subparts().items():
+        for kind, path in parts.items():
+            assert path.is_file(), (section.key, key, kind)
 
 
 def test_the_wiring_iterates_the_registry():
@@ -81,8 +87,7 @@ def toy(tmp_path, monkeypatch):
         '{% endif %}\n')
     schemas = tmp_path / "schemas"
     schemas.mkdir()
-    for f in sections.SCHEMAS.iterdir():
-        shutil.copy(f, schemas / f.name)
+    shutil.copytree(sections.SCHEMAS, schemas, dirs_exist_ok=True)
     (schemas / "toy.schema.yaml").write_text(
         "type: [object, 'null']\nrequired: [words]\n"
         "properties: {words: {type: array, items: {type: string}}}\n")

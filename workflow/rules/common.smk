@@ -11,19 +11,20 @@ from ladder.core.machine import host_facts as local_facts
 from ladder.core.hosts import check_facts
 from ladder.core.io import read_json
 from ladder.planning.config import start_up
+from ladder.core import codeid
 from ladder.core.codeid import code_hashes
 from ladder.planning.plan import Plan, all_sources
 from ladder.preparing.source import base_of, source_id
 from ladder.reporting.sections import SECTIONS
-from ladder.planning.serving_experiments import BENCH_EXPERIMENTS
+from ladder.planning.serving_experiments import BENCH_EXPERIMENTS, server_experiments
 from ladder.preparing.vendor import vendor_id
 from snakemake.exceptions import IncompleteCheckpointException
 
 # the schema, the hosts and every start-up check (ladder.planning.config.start_up)
-HOSTS = {
-    h.name: h
-    for h in start_up(config, f"{workflow.basedir}/workflow/schemas/config.schema.yaml")
-}
+SCHEMA = f"{workflow.basedir}/workflow/schemas/config.schema.yaml"
+HOSTS = {h.name: h for h in start_up(config, SCHEMA)}
+# the serving experiments that run their own tool, each declared by its block's x-serving
+SERVER_EXPERIMENTS = {e.key: e for e in server_experiments(SCHEMA)}
 R = str(config.get("resources_dir", "resources"))
 # builds and models are content-addressed, so they live beside the downloads and can be shared
 B = Plan.builds_dir_of(config)
@@ -56,10 +57,22 @@ _PLANS = {}
 _CODE = code_hashes()  # every script's identity, once per parse
 
 
-def code(script):
+def code(script, entry=None):
     """A script rule's code identity: its adapter and every package module it reaches (derived
-    from the imports, ladder.core.codeid)."""
-    return _CODE[script]
+    from the imports, ladder.core.codeid). ``entry``: a function of a job's wildcards naming the
+    module the adapter imports by name (the serve rule's experiment), whose reach counts too
+    (and no other experiment's: an edit to one re-measures none of the others)."""
+    if entry is None:
+        return _CODE[script]
+    known = {}
+
+    def identity(wildcards):
+        name = entry(wildcards)
+        if name not in known:
+            known[name] = codeid.code_hash(script, name)
+        return known[name]
+
+    return identity
 
 
 def host(name):
@@ -674,45 +687,34 @@ def serving_files(wildcards):
         for m, _ in models
         for p in plan.serving_points()
     ]
-    cfg = config["serving"]
+    cfg, threads = config["serving"], measure_threads(wildcards)
     return {
         "serving_points": points,
-        "serving_prefix": (
-            [paths.result("serving_prefix", host=host, model=m) for m, _ in models]
-            if cfg["prefix_cache"]["enabled"]
-            else []
-        ),
-        "serving_concurrency": (
-            [paths.result("serving_concurrency", host=host, model=m) for m, _ in models]
-            if cfg["concurrency"]["enabled"]
-            else []
-        ),
-        "serving_load": (
-            [
-                paths.result(
-                    "serving_load",
-                    host=host,
-                    model=m,
-                    threads=measure_threads(wildcards),
-                )
-                for m, _ in models
-            ]
-            if cfg["load"]["enabled"]
-            else []
-        ),
+        **{
+            f"serving_{key}": (
+                [
+                    paths.result(
+                        "serving_run",
+                        host=host,
+                        experiment=key,
+                        model=m,
+                        threads=threads,
+                    )
+                    for m, _ in models
+                ]
+                if cfg[key]["enabled"]
+                else []
+            )
+            for key in SERVER_EXPERIMENTS
+        },
     }
 
 
-def serving_settings(*experiments):
-    """A serving job's own settings: the quant and those of its experiments, so a change to
-    another experiment re-measures none of its points (its rounds and timeout are its policy's,
-    ``serving_policy``)."""
-
-    def settings(wildcards):
-        s = config["serving"]
-        return {"quant": s["quant"], **{e: s[e] for e in experiments}}
-
-    return settings
+def serving_settings(wildcards):
+    """A llama-bench serving point's own settings: the quant (its point carries the rest), so a
+    change to another experiment re-measures none of its points (its rounds and timeout are its
+    policy's, ``serving_policy``)."""
+    return {"quant": config["serving"]["quant"]}
 
 
 def serving_policy(wildcards):
@@ -731,9 +733,25 @@ def serving_policy(wildcards):
     }
 
 
-def load_settings(wildcards):
-    """The load experiment's own settings (the other serving experiments' are not its inputs)."""
-    return config["serving"]["load"]
+def server_settings(wildcards):
+    """An experiment's own settings: the quant and its config block (another experiment's are
+    not its inputs)."""
+    s = config["serving"]
+    return {"quant": s["quant"], wildcards.experiment: s[wildcards.experiment]}
+
+
+def server_module(wildcards):
+    """The measuring module a serve job runs: its experiment's (x-serving measure)."""
+    return SERVER_EXPERIMENTS[wildcards.experiment].module
+
+
+def server_inputs(wildcards):
+    """A serve job's inputs: the model and builds, and the files its experiment declares."""
+    named = {"corpus": lambda: corpus_files()["txt"]}
+    return {
+        **serving_inputs(wildcards),
+        **{k: named[k]() for k in SERVER_EXPERIMENTS[wildcards.experiment].inputs},
+    }
 
 
 def serving_inputs(wildcards):

@@ -15,22 +15,26 @@ rule serve_bench:
     params:
         rungs=serving_point_rungs,
         point=serving_point,
-        settings=serving_settings(),
+        settings=serving_settings,
         policy=serving_policy,
         code=code("serve_bench"),
     script:
         "../../scripts/serve_bench.py"
 
 
-rule serve_prefix:
+# The experiments that run their own tool (llama-server, llama-batched-bench), each declared by
+# its config block's x-serving (planning/serving_experiments.py): one job per host, model and
+# thread count, every rung in each round.
+rule serve:
     input:
-        unpack(serving_inputs),
-        corpus=lambda wc: corpus_files()["txt"],
+        unpack(server_inputs),
     output:
-        json=paths.pattern("serving_prefix"),
-        raw=directory(paths.beside("serving_prefix", ".raw")),
+        json=paths.pattern("serving_run"),
+        raw=directory(paths.beside("serving_run", ".raw")),
     log:
-        "logs/{host}/serving/prefix_cache/{model}.log",
+        "logs/{host}/serving/{experiment}/{model}/t{threads}.log",
+    wildcard_constraints:
+        experiment="|".join(SERVER_EXPERIMENTS),
     conda:
         "../../envs/ladder.yaml"
     threads: host_threads
@@ -38,55 +42,9 @@ rule serve_prefix:
         **host_resources(mem_mb=6000, runtime=120),
     params:
         rungs=rung_params,
-        settings=serving_settings("prefix_cache"),
-        threads=measure_threads,
+        measure=lambda wc: SERVER_EXPERIMENTS[wc.experiment].measure,
+        settings=server_settings,
         policy=serving_policy,
-        code=code("serve_prefix"),
+        code=code("serve", server_module),
     script:
-        "../../scripts/serve_prefix.py"
-
-
-rule serve_concurrency:
-    input:
-        unpack(serving_inputs),
-    output:
-        json=paths.pattern("serving_concurrency"),
-        raw=directory(paths.beside("serving_concurrency", ".raw")),
-    log:
-        "logs/{host}/serving/concurrency/{model}.log",
-    conda:
-        "../../envs/ladder.yaml"
-    threads: host_threads
-    resources:
-        **host_resources(mem_mb=6000, runtime=120),
-    params:
-        rungs=rung_params,
-        settings=serving_settings("concurrency"),
-        threads=measure_threads,
-        policy=serving_policy,
-        code=code("serve_concurrency"),
-    script:
-        "../../scripts/serve_concurrency.py"
-
-
-# Serving under load: llama-server per rung under ladder's load generator, rungs in turns.
-rule serve_load:
-    input:
-        unpack(serving_inputs),
-    output:
-        json=paths.pattern("serving_load"),
-        raw=directory(paths.beside("serving_load", ".raw")),
-    log:
-        "logs/{host}/serving/load/{model}/t{threads}.log",
-    conda:
-        "../../envs/ladder.yaml"
-    threads: host_threads
-    resources:
-        **host_resources(mem_mb=6000, runtime=120),
-    params:
-        rungs=rung_params,
-        settings=load_settings,
-        policy=serving_policy,
-        code=code("serve_load"),
-    script:
-        "../../scripts/serve_load.py"
+        "../../scripts/serve.py"

@@ -470,3 +470,18 @@ def _level_words(level: str) -> str:
     if level.startswith("r"):
         return f"{level[1:]} request{'' if level[1:] == '1' else 's'}/s (Poisson)"
     return level
+
+
+def judged(load: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The load's judged cells, for the serving family's multiplicity step: each level's
+    latency cells and the two capacities'."""
+    return ([c["cell"] for c in load["cells"]]
+            + [cap["cell"] for cap in (load.get(k) for k in ("capacity", "concurrency_capacity"))
+               if cap])
+
+
+def finish(load: dict[str, Any]) -> None:
+    """Its sentences, which read the verdicts after the run's multiplicity step."""
+    load["sentences"] = sentences(load)
+    load["capacity_sentences"] = capacity_sentences(load.get("capacity"))
+    load["concurrency_sentences"] = capacity_sentences(load.get("concurrency_capacity"))

@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from functools import partial
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ladder.core import paths
 from ladder.analysis import stats, wording
@@ -13,9 +12,7 @@ from ladder.planning import protocol
 from ladder.core.errors import LadderError
 from ladder.planning.serving_experiments import BENCH_EXPERIMENTS, EXPERIMENTS
 from ladder.core.io import read_json
-from ladder.analysis.server_load_view import capacity_sentences
-from ladder.analysis.server_load_view import sentences as load_sentences
-from ladder.analysis.server_load_view import summarize_load
+from ladder.analysis import server_load_view
 
 if TYPE_CHECKING:  # an annotation only: the views never import the report's registry
     from ladder.reporting.sections import SectionContext
@@ -171,12 +168,34 @@ def summarize_concurrency(doc: Mapping[str, Any], plan: Mapping[str, Any],
             "rung_status": doc["rungs"], "method": doc["method"], "spec": doc["spec"]}
 
 
+@dataclass(frozen=True)
+class ServerView:
+    """How the report reads a serving experiment that runs its own tool
+    (``serving_experiments.server_experiments``): its value under its key (``summarize``: the
+    measured records, the plan, the stats settings, and the host's price where ``priced``), the
+    cells of it that are judged in the serving family's multiplicity step, and what is said of
+    it after that step (``finish``, in place)."""
+    summarize: Callable[..., dict[str, Any]]
+    judged: Callable[[Mapping[str, Any]], list[dict[str, Any]]]
+    finish: Callable[[dict[str, Any]], None] | None = None
+    priced: bool = False
+
+
+VIEWS: dict[str, ServerView] = {
+    "prefix_cache": ServerView(summarize_prefix, lambda v: [v["cell"]]),
+    "concurrency": ServerView(summarize_concurrency, lambda v: [p["cell"] for p in v["points"]]),
+    "load": ServerView(server_load_view.summarize_load, server_load_view.judged,
+                       server_load_view.finish, priced=True),
+}
+
+
 def serving_section(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
                     points: Sequence[Mapping[str, Any]], point_files: Sequence[str],
-                    prefix: Sequence[str], concurrency_files: Sequence[str],
                     missing: list[dict[str, str]],
-                    load_files: Sequence[str] = (),
+                    server_files: Mapping[str, Sequence[str]] | None = None,
                     price: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The section's value: the llama-bench points by experiment, and each experiment that runs
+    its own tool under its key (``server_files``: its result files, by experiment)."""
     out: dict[str, Any] = {e: [] for e in BENCH_EXPERIMENTS}
     out["titles"] = {e: EXPERIMENTS[e]["title"] for e in BENCH_EXPERIMENTS}
     by_key = {(p["experiment"], p["point"], int(p["threads"])): p for p in points}
@@ -198,29 +217,30 @@ def serving_section(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
             out[point["experiment"]].append(summarize_bench_point(doc, point, plan, stats_cfg))
         except LadderError as exc:
             missing.append({"file": path, "problem": str(exc)})
-    for name, files, summarize in (("prefix_cache", prefix, summarize_prefix),
-                                   ("concurrency", concurrency_files, summarize_concurrency),
-                                   ("load", load_files, partial(summarize_load, price=price))):
+    judged = [p["cell"] for e in BENCH_EXPERIMENTS for p in out[e]]
+    for name, files in (server_files or {}).items():
+        if name not in VIEWS:
+            raise LadderError(f"serving experiment {name!r}: no view in serving_view.VIEWS "
+                              f"(those known: {', '.join(VIEWS)})")
+        view = VIEWS[name]
         for path in files:
             try:
                 # a disturbed attempt was measured again: only its re-measure is read
-                out[name] = summarize(protocol.measured_records(read_json(path)), plan, stats_cfg)
+                doc = protocol.measured_records(read_json(path))
+                out[name] = (view.summarize(doc, plan, stats_cfg, price=price) if view.priced
+                             else view.summarize(doc, plan, stats_cfg))
             except LadderError as exc:
                 missing.append({"file": path, "problem": str(exc)})
+        if out.get(name):
+            judged += view.judged(out[name])
     # the serving experiments' comparisons: their own Benjamini-Hochberg families (those with
     # the floor, those above it), apart from the ladder's
-    out["multiplicity"] = stats.fdr_adjust(
-        [p["cell"] for e in BENCH_EXPERIMENTS for p in out[e]]
-        + ([out["prefix_cache"]["cell"]] if out.get("prefix_cache") else [])
-        + ([c["cell"] for c in out["load"]["cells"]] if out.get("load") else [])
-        + [cap["cell"] for cap in ((out.get("load") or {}).get(k) for k in
-                                   ("capacity", "concurrency_capacity")) if cap],
-        stats_cfg["confidence"], floor=(plan.get("ladder_order") or [None])[0])
-    if out.get("load"):  # its sentences read the verdicts after the run's adjustment
-        out["load"]["sentences"] = load_sentences(out["load"])
-        out["load"]["capacity_sentences"] = capacity_sentences(out["load"].get("capacity"))
-        out["load"]["concurrency_sentences"] = capacity_sentences(
-            out["load"].get("concurrency_capacity"))
+    out["multiplicity"] = stats.fdr_adjust(judged, stats_cfg["confidence"],
+                                           floor=(plan.get("ladder_order") or [None])[0])
+    for name in server_files or {}:  # what is said after the adjustment reads its verdicts
+        finish = VIEWS[name].finish
+        if out.get(name) and finish:
+            finish(out[name])
     out["context_trend"] = {
         phase: advantage_along([p for p in out["context"] if p.get("phase") == phase],
                                EXPERIMENTS["context"]["axes"][phase])
@@ -252,7 +272,7 @@ def unmeasured_rungs(section: Mapping[str, Any]) -> list[dict[str, Any]]:
                               if st.get("status") not in (None, "measured")), None)
                 status = {p["base"]: first} if first else {}
             note(status, f"{exp} {p['point']} t{p['threads']}")
-    for exp in ("prefix_cache", "concurrency", "load"):
+    for exp in VIEWS:
         if section.get(exp):
             note(section[exp].get("rung_status") or {}, exp)
     return sorted(found.values(), key=lambda e: (e["rung"], e["status"]))
@@ -265,6 +285,7 @@ def section(ctx: SectionContext) -> dict[str, Any] | None:
         return None
     return serving_section(plan=ctx.plan, stats_cfg=ctx.stats_cfg, missing=ctx.missing,
                            points=ctx.plan.get("serving_points") or [],
-                           point_files=f["serving_points"], prefix=f["serving_prefix"],
-                           concurrency_files=f["serving_concurrency"],
-                           load_files=f["serving_load"], price=ctx.price)
+                           point_files=f["serving_points"],
+                           server_files={k.removeprefix("serving_"): v for k, v in f.items()
+                                         if k != "serving_points"},
+                           price=ctx.price)

@@ -331,7 +331,7 @@ def position_effects(samples: Sequence[Mapping[str, Any]], statistic: str = "mea
     pos: dict[tuple[str, int], int] = {}
     for s in samples:
         pos[(s["rung"], int(s["round"]))] = int(s.get("order", 0))
-    for rung in {s["rung"] for s in samples}:
+    for rung in sorted({s["rung"] for s in samples}):  # a report is the same on every run
         values[rung] = per_round_means(samples, rung, statistic)
     out: dict[int, list[float]] = defaultdict(list)
     for rung, rounds in values.items():

@@ -122,9 +122,13 @@ def _type_checking(test: ast.expr) -> bool:
             or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
 
 
-def code_modules(script: str) -> list[str]:
-    """Every package module the adapter ``scripts/<script>.py`` reaches, sorted."""
-    return _closure(direct_imports(SCRIPTS_DIR / f"{script}.py"))
+def code_modules(script: str, *entries: str) -> list[str]:
+    """Every package module the adapter ``scripts/<script>.py`` reaches (and, with ``entries``,
+    the modules it imports by a name its rule gives it), sorted."""
+    for entry in entries:
+        if _module_file(entry) is None:
+            raise ValueError(f"{script}: no package module {entry!r} (code identity)")
+    return _closure({*direct_imports(SCRIPTS_DIR / f"{script}.py"), *entries})
 
 
 def module_reach(module: str) -> list[str]:
@@ -265,8 +269,12 @@ def _merge_imports(tree: ast.AST) -> ast.AST:
     return tree
 
 
-def code_hash(script: str) -> str:
-    """The identity of a script rule's code: its adapter and every module it reaches."""
+def code_hash(script: str, *entries: str) -> str:
+    """The identity of a script rule's code: its adapter and every module it reaches; with
+    ``entries``, also every module those reach (an adapter that imports its entry by a name the
+    rule gives it, e.g. a serving experiment's measuring module: only that one's code counts)."""
+    if entries:
+        return _code_hash(script, tuple(sorted(set(entries))))
     stored = code_hashes()
     return stored[script] if script in stored else _code_hash(script)
 
@@ -309,9 +317,9 @@ def _stored_hashes(scripts_dir: Path, package_dir: Path) -> dict[str, str]:
     return hashes
 
 
-def _code_hash(script: str) -> str:
+def _code_hash(script: str, entries: tuple[str, ...] = ()) -> str:
     digest = hashlib.sha256()
     digest.update(logic_digest(SCRIPTS_DIR / f"{script}.py").encode())
-    for mod in code_modules(script):
+    for mod in code_modules(script, *entries):
         digest.update(mod.encode() + logic_digest(_module_file(mod)).encode())  # type: ignore[arg-type]
     return digest.hexdigest()[:12]

@@ -26,9 +26,8 @@ RESULTS: dict[str, str] = {
     "vendor_tests": f"{HOST}/kernels/{{rung}}.vendor.json",
     "gate": f"{HOST}/dispatch/gate.ok",
     "serving_point": f"{HOST}/serving/{{experiment}}/{{model}}/{{point}}/t{{threads}}.json",
-    "serving_prefix": f"{HOST}/serving/prefix_cache/{{model}}.json",
-    "serving_concurrency": f"{HOST}/serving/concurrency/{{model}}.json",
-    "serving_load": f"{HOST}/serving/load/{{model}}/t{{threads}}.json",
+    # an experiment that runs its own tool (serving_experiments.server_experiments)
+    "serving_run": f"{HOST}/serving/{{experiment}}/{{model}}/t{{threads}}.json",
     "report_json": f"{HOST}/report/ladder.json",
     "report": f"{HOST}/report/ladder.{{ext}}",
     "figures": f"{HOST}/report/figures",

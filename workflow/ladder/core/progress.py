@@ -13,7 +13,9 @@ import sys
 from collections import Counter
 from typing import Iterable, Sequence
 
-# jobs whose time is measurement time (the rest are set-up, builds and reports)
+# jobs whose time is measurement time (the rest are set-up, builds and reports); the Snakefile
+# sets its own rules' list at start (the serve rule is not here: an edit to this module
+# re-measures every result, since every measuring rule reaches it)
 MEASUREMENT_RULES = ("bench", "evidence", "quality", "dispatch", "serve_bench", "serve_prefix",
                      "serve_concurrency", "serve_load", "bandwidth")
 

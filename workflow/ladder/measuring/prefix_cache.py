@@ -95,10 +95,11 @@ class PrefixCache(harness.ModelExperiment):
 
 
 def prefix_cache(rungs: Sequence[RungEntry], block: Mapping[str, Any],
-                 settings: Mapping[str, Any], paths: Paths, corpus: str, threads: int,
-                 own_cpus: int | None = None) -> dict[str, Any]:
+                 settings: Mapping[str, Any], paths: Paths, threads: int,
+                 own_cpus: int | None = None, *, corpus: str) -> dict[str, Any]:
     """Cold vs warm TTFT on a shared prefix (``PrefixCache``), every rung interleaved;
-    ``block``: the serving policy (``harness.policy_from``)."""
+    ``block``: the serving policy (``harness.policy_from``); ``corpus``: the text the prefix
+    is cut from."""
     model = read_json(paths.model_meta)
     cfg = settings["prefix_cache"]
     exp = PrefixCache(name=f"prefix_cache/{model['quant']}/t{threads}", model=model, cfg=cfg,

@@ -307,11 +307,12 @@ class Load(harness.ModelExperiment):
 
 
 def measure_load(rungs: Sequence[RungEntry], block: Mapping[str, Any],
-                 cfg: Mapping[str, Any], paths: Paths, threads: int,
+                 settings: Mapping[str, Any], paths: Paths, threads: int,
                  own_cpus: int | None = None) -> dict[str, Any]:
     """Every rung's server under the load levels (``Load``), rungs interleaved by the harness;
-    ``block``: the serving policy (``harness.policy_from``), ``cfg``: ``serving.load``. The
-    load generator runs beside the servers' CPUs (``_client_cpus``)."""
+    ``block``: the serving policy (``harness.policy_from``), ``settings["load"]``:
+    ``serving.load``. The load generator runs beside the servers' CPUs (``_client_cpus``)."""
+    cfg = settings["load"]
     model = read_json(paths.model_meta)
     quant = model["quant"].lower()
     exp = Load(name=f"load/{quant}/t{threads}", model=model, cfg=cfg, threads=threads,

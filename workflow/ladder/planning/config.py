@@ -5,12 +5,10 @@ tools, prices, the emulated lane)."""
 from __future__ import annotations
 
 import copy
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, MutableMapping
 
 import jsonschema
-import yaml
 from snakemake.utils import validate
 
 from ladder.preparing import emulation
@@ -21,7 +19,9 @@ from ladder.core.hosts import Host
 from ladder.core.kernels import load_families
 from ladder.preparing.model import check_models
 from ladder.planning.protocol import check_repetitions, check_rounds_rule, threshold_for
+from ladder.planning.schema import load_schema
 from ladder.planning.scoring import check_settings
+from ladder.planning.serving_experiments import server_experiments
 from ladder.preparing.recipes import Rung, quantizer_recipe, rungs_from_config
 
 
@@ -53,14 +53,6 @@ def drop_null_entries(config: Any, schema: Mapping[str, Any]) -> bool:
         if isinstance(sub, Mapping):
             dropped = drop_null_entries(value, sub) or dropped
     return dropped
-
-
-@lru_cache(maxsize=None)
-def load_schema(schema_path: str | Path) -> dict[str, Any]:
-    """The config schema, read once per process (never changed by its readers). libyaml's loader
-    where PyYAML has it: every workflow parse reads this schema."""
-    return dict(yaml.load(Path(schema_path).read_text(),
-                          Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
 
 
 def validate_config(config: MutableMapping[str, Any], schema_path: str | Path) -> None:
@@ -172,11 +164,13 @@ def check_config(config: Mapping[str, Any], hosts: list[Host]) -> None:
         raise LadderError(f"serving.lever_rungs: {unknown} not rungs of the "
                           + " or ".join(f"{n} ladder ({', '.join(k)})" for n, k in known.items()))
     targets = set(config["build"].get("targets") or [])
-    for exp, tool in (("prefix_cache", "llama-server"), ("concurrency", "llama-batched-bench"),
-                      ("load", "llama-server")):
-        if (srv.get(exp) or {}).get("enabled") and tool not in targets:
-            raise LadderError(f"serving.{exp} needs {tool}: add it to build.targets "
-                              f"(or set serving.{exp}.enabled: false)")
+    for exp in server_experiments():  # each declares the tool it runs (its x-serving)
+        if (srv.get(exp.key) or {}).get("enabled") and exp.tool not in targets:
+            raise LadderError(f"serving.{exp.key} needs {exp.tool}: add it to build.targets "
+                              f"(or set serving.{exp.key}.enabled: false)")
+        if ((srv.get(exp.key) or {}).get("enabled") and "corpus" in exp.inputs
+                and not quality.get("corpus")):
+            raise LadderError(f"serving.{exp.key} takes its text from quality.corpus: set one")
     cap = (srv.get("load") or {}).get("capacity") or {}
     if cap.get("enabled") and not (float(cap["min_rps"]) <= float(cap["start_rps"])
                                    <= float(cap["max_rps"])):
@@ -198,8 +192,6 @@ def check_config(config: Mapping[str, Any], hosts: list[Host]) -> None:
     if hot.get("enabled"):
         from ladder.planning.stages import phase_workloads
         phase_workloads(hot, config["measure"]["workloads"])
-    if (srv.get("prefix_cache") or {}).get("enabled") and not quality.get("corpus"):
-        raise LadderError("serving.prefix_cache takes its prefix from quality.corpus: set one")
     # an unknown instance fails now, not after the measurements
     for h in hosts:
         host_price(config.get("cost"), h.instance)

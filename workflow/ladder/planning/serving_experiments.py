@@ -4,16 +4,23 @@ the report share (no measurement code: planning a run never imports it).
 * llama-bench points (one job per point): ``context`` (prefill at growing prompt lengths, decode
   at growing depth), ``kv_cache`` (cache types, flash attention on), ``ubatch`` (-ub sizes) and
   ``toggle`` (one binary with its mechanism on vs off, per thread count);
-* llama-server experiments (``measuring/prefix_cache``, ``measuring/server_load``): ``prefix_cache``,
-  ``load``; and llama-batched-bench's ``concurrency``
-  (``measuring/batched_bench``).
+* the experiments that run their own tool, one job per host, model and thread count with every
+  rung in each round (``measuring/prefix_cache``: ``prefix_cache``; ``measuring/batched_bench``:
+  ``concurrency``; ``measuring/server_load``: ``load``). Each is declared where its settings
+  are, by its config block's ``x-serving`` in config.schema.yaml (:class:`ServerExperiment`);
+  the ``serve`` rule, its result path, the start-up checks and the serving section's inputs
+  iterate :func:`server_experiments`, and the serving view, schema, templates and figures
+  iterate their keys.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
 from ladder.core.errors import LadderError
+from ladder.planning.schema import CONFIG_SCHEMA, load_schema
 
 # The llama-bench experiments, each described once: its report title and its figures' x axis
 # per phase (the rules, the report, the templates and the figures read this table).
@@ -32,6 +39,38 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
 BENCH_EXPERIMENTS = tuple(EXPERIMENTS)
 # a lever is judged on one rung at a time: its settings against its baseline setting
 LEVERS = tuple(e for e, spec in EXPERIMENTS.items() if spec.get("lever"))
+
+
+@dataclass(frozen=True)
+class ServerExperiment:
+    """A serving experiment that runs its own tool (llama-server, llama-batched-bench): one
+    ``serve`` job per host, model and thread count, every rung in each round through
+    ``measuring/harness``. Declared by ``x-serving`` in its config block (serving.<key>)."""
+    key: str  # its config block, result folder and key in the report's serving section
+    measure: str  # "<module>:<function>" of measuring/: (rungs, policy, settings, paths, threads,
+    #               own_cpus=..., **inputs) -> the result it wrote
+    tool: str  # the build target it runs (a start-up check: build.targets has it)
+    inputs: tuple[str, ...] = ()  # the workflow's files it reads beyond the model ("corpus")
+
+    @property
+    def module(self) -> str:
+        return self.measure.partition(":")[0]
+
+
+def server_experiments(schema_path: str | Path = CONFIG_SCHEMA) -> tuple[ServerExperiment, ...]:
+    """Every serving experiment that runs its own tool, in the schema's order."""
+    blocks = load_schema(schema_path)["properties"]["serving"]["properties"]
+    out = []
+    for key, block in blocks.items():
+        if "x-serving" in block:
+            spec = dict(block["x-serving"])
+            out.append(ServerExperiment(key, spec.pop("measure"), spec.pop("tool"),
+                                        tuple(spec.pop("inputs", ()))))
+            if spec or key in EXPERIMENTS:
+                raise LadderError(f"config schema: serving.{key}.x-serving: unknown keys "
+                                  f"{sorted(spec)} (measure, tool, inputs)" if spec else
+                                  f"config schema: serving.{key} is a llama-bench experiment")
+    return tuple(out)
 
 
 

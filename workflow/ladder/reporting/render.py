@@ -26,6 +26,7 @@ from ladder.core.errors import LadderError
 from ladder.reporting.figures import draw_all, section_figures
 from ladder.reporting.overview import overview
 from ladder.core.io import atomic_write_text, read_json
+from ladder.planning.serving_experiments import server_experiments
 from ladder.reporting.sections import SECTIONS
 
 WORKFLOW = Path(__file__).resolve().parent.parent.parent
@@ -38,6 +39,8 @@ def report_schema() -> dict[str, Any]:
     schema = yaml.safe_load(SCHEMA.read_text())
     for s in SECTIONS:
         fragment = yaml.safe_load(s.parts()["schema"].read_text())
+        for key, part in s.subparts().items():  # the serving experiments' values
+            fragment["properties"][key] = yaml.safe_load(part["schema"].read_text())
         schema.setdefault("$defs", {}).update(fragment.pop("$defs", {}))
         schema["properties"][s.key] = fragment
     return schema
@@ -96,6 +99,8 @@ def environment(link_base: str) -> jinja2.Environment:
     env.filters["mib"] = lambda d: ", ".join(f"{k} {v:.2f} MiB" for k, v in d.items()) or "-"
     env.filters["usd"] = lambda x: "-" if x is None else (f"${x:.3f}" if x < 10 else f"${x:.2f}")
     env.filters["link"] = lambda p: p if not p or os.path.isabs(p) else f"{link_base}{p}"
+    # the serving section includes each experiment that runs its own tool, in the schema's order
+    env.globals["serving_experiments"] = [e.key for e in server_experiments()]
     return env
 
 

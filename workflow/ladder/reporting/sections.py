@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from ladder.planning.serving_experiments import server_experiments
+
 WORKFLOW = Path(__file__).resolve().parents[2]
 TEMPLATES = WORKFLOW / "templates" / "sections"
 SCHEMAS = WORKFLOW / "schemas" / "sections"
@@ -42,6 +44,9 @@ class Section:
     build: str
     slot: str
     figures: str | None = None
+    # parts of its own under sections/<key>/ (each a key of its value: the serving experiments
+    # that run their own tool), included by its templates and merged into its schema
+    subkeys: tuple[str, ...] = ()
 
     def builder(self) -> Callable[[SectionContext], Any]:
         return _resolve(self.build)
@@ -50,8 +55,15 @@ class Section:
         return _resolve(self.figures) if self.figures else None
 
     def parts(self) -> dict[str, Path]:
-        return {"md": TEMPLATES / f"{self.key}.md.j2", "html": TEMPLATES / f"{self.key}.html.j2",
-                "schema": SCHEMAS / f"{self.key}.schema.yaml"}
+        return _parts(TEMPLATES, SCHEMAS, self.key)
+
+    def subparts(self) -> dict[str, dict[str, Path]]:
+        return {k: _parts(TEMPLATES / self.key, SCHEMAS / self.key, k) for k in self.subkeys}
+
+
+def _parts(templates: Path, schemas: Path, key: str) -> dict[str, Path]:
+    return {"md": templates / f"{key}.md.j2", "html": templates / f"{key}.html.j2",
+            "schema": schemas / f"{key}.schema.yaml"}
 
 
 @dataclass
@@ -71,10 +83,11 @@ def _resolve(ref: str) -> Callable[..., Any]:
 
 
 SECTIONS: tuple[Section, ...] = (
-    Section("serving", ("serving_points", "serving_prefix", "serving_concurrency",
-                        "serving_load"),
+    Section("serving", ("serving_points",  # and each experiment that runs its own tool
+                        *(f"serving_{e.key}" for e in server_experiments())),
             build="ladder.analysis.serving_view:section", slot="after_best_threads",
-            figures="ladder.reporting.serving_figures:serving_figures"),
+            figures="ladder.reporting.serving_figures:serving_figures",
+            subkeys=tuple(e.key for e in server_experiments())),
     Section("hotspots", ("hotspots",), build="ladder.analysis.profileview:hotspots",
             slot="after_ledger", figures="ladder.reporting.profile_figures:hotspot_bars"),
     Section("kernel_tests", ("kernel_tests", "vendor_tests"),

@@ -122,41 +122,55 @@ def serving_figures(doc: Mapping[str, Any], out: Path) -> dict[str, Any]:
             "Median of the interleaved rounds per rung; dashed grey = the control."
             + (" Right: peak RSS of each point's processes." if exp == "context" else ""),
             out, rss=exp == "context")
-    conc = srv.get("concurrency")
-    if conc and conc.get("points"):
-        pts = [{"x": p["parallel"], "cell": p["cell"]} for p in conc["points"]]
-        figs["concurrency"] = serving_curve(
-            doc, pts, "serving_concurrency", "concurrency: total throughput",
-            "parallel sequences (llama-batched-bench -npl)",
-            "All sequences' tokens per second of batch time, median per rung.", out)
-    pc = srv.get("prefix_cache")
-    if pc and pc.get("cache"):
-        fid = "serving_prefix_cache"
-        names = [c["rung"] for c in pc["cache"]]
-        cold = [(c["ttft_cold_ms"] or {}).get("median") or 0 for c in pc["cache"]]
-        warm = [(c["ttft_warm_ms"] or {}).get("median") or 0 for c in pc["cache"]]
-        fig, ax = plt.subplots(figsize=(6.4, 3.2))
-        xs = list(range(len(names)))
-        ax.bar([x - 0.2 for x in xs], cold, width=0.4, label="cold (cache_prompt false)",
-               color=COLORS[0])
-        ax.bar([x + 0.2 for x in xs], warm, width=0.4, label="warm (shared prefix cached)",
-               color=COLORS[2])
-        ax.set_xticks(xs, names)
-        ax.set_yscale("log")
-        ax.set_ylabel("time to first token (ms, median)")
-        ax.legend(fontsize=8)
-        ax.grid(axis="y", alpha=0.3)
-        ax.set_title("prefix cache: TTFT per rung", fontsize=10)
-        figs["prefix_cache"] = {"id": fid, "title": "prefix cache: TTFT per rung",
-                                "file": _save(fig, out, fid),
-                                "caption": "llama-server's own prompt+first-token time, median "
-                                           "of the interleaved rounds (log scale)."}
-    load = srv.get("load")
-    if load and load.get("table"):
-        figs.update(load_curves(doc, load, out))
+    for key, draw in FIGURES.items():  # each experiment that runs its own tool, if it draws
+        if srv.get(key):
+            figs.update(draw(doc, srv[key], out))
+    return figs
+
+
+def concurrency_figures(doc: Mapping[str, Any], conc: Mapping[str, Any], out: Path
+                        ) -> dict[str, Any]:
+    if not conc.get("points"):
+        return {}
+    pts: list[Mapping[str, Any]] = [{"x": p["parallel"], "cell": p["cell"]}
+                                    for p in conc["points"]]
+    return {"concurrency": serving_curve(
+        doc, pts, "serving_concurrency", "concurrency: total throughput",
+        "parallel sequences (llama-batched-bench -npl)",
+        "All sequences' tokens per second of batch time, median per rung.", out)}
+
+
+def prefix_cache_figures(doc: Mapping[str, Any], pc: Mapping[str, Any], out: Path
+                         ) -> dict[str, Any]:
+    if not pc.get("cache"):
+        return {}
+    fid = "serving_prefix_cache"
+    names = [c["rung"] for c in pc["cache"]]
+    cold = [(c["ttft_cold_ms"] or {}).get("median") or 0 for c in pc["cache"]]
+    warm = [(c["ttft_warm_ms"] or {}).get("median") or 0 for c in pc["cache"]]
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    xs = list(range(len(names)))
+    ax.bar([x - 0.2 for x in xs], cold, width=0.4, label="cold (cache_prompt false)",
+           color=COLORS[0])
+    ax.bar([x + 0.2 for x in xs], warm, width=0.4, label="warm (shared prefix cached)",
+           color=COLORS[2])
+    ax.set_xticks(xs, names)
+    ax.set_yscale("log")
+    ax.set_ylabel("time to first token (ms, median)")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_title("prefix cache: TTFT per rung", fontsize=10)
+    return {"prefix_cache": {"id": fid, "title": "prefix cache: TTFT per rung",
+                             "file": _save(fig, out, fid),
+                             "caption": "llama-server's own prompt+first-token time, median "
+                                        "of the interleaved rounds (log scale)."}}
+
+
+def load_figures(doc: Mapping[str, Any], load: Mapping[str, Any], out: Path) -> dict[str, Any]:
+    figs = load_curves(doc, load, out) if load.get("table") else {}
     for key, name in (("capacity", "load_capacity"),
                       ("concurrency_capacity", "load_concurrency_capacity")):
-        if load and load.get(key):
+        if load.get(key):
             figs[name] = attainment_curves(doc, load[key], out)
     return figs
 
@@ -248,3 +262,8 @@ def load_curves(doc: Mapping[str, Any], load: Mapping[str, Any], out: Path
                        "is missing from the line. Dashed red: the goodput limit."}
     return figs
 
+
+# the figures of each experiment that runs its own tool (its key in the serving section; one
+# without a figure has no entry): (doc, its value, out dir) -> {name: figure}
+FIGURES = {"concurrency": concurrency_figures, "prefix_cache": prefix_cache_figures,
+           "load": load_figures}
