@@ -102,6 +102,8 @@ def test_an_experiment_is_declared_by_its_config_block(tmp_path, default_config,
     # a declaration with a key no one reads, or a llama-bench experiment's name, is refused
     with pytest.raises(LadderError, match=r"serving\.toy\.x-serving: unknown keys \['rule'\]"):
         server_experiments(toy_schema(tmp_path, measure="m:f", tool="t", rule="x"))
+    with pytest.raises(LadderError, match=r"serving\.toy\.x-serving: no \['tool'\]"):
+        server_experiments(toy_schema(tmp_path, measure="m:f"))
     schema = yaml.safe_load(CONFIG_SCHEMA.read_text())
     block = schema["properties"]["serving"]["properties"]["context"]
     block["x-serving"] = {"measure": "m:f", "tool": "t"}
@@ -151,8 +153,6 @@ def toy(tmp_path, monkeypatch):
                        if s.key == "serving" else s for s in SECTIONS)
     for module in (sections, render, figures):
         monkeypatch.setattr(module, "SECTIONS", registered)
-    monkeypatch.setattr(render, "server_experiments", lambda: (
-        *server_experiments(), ServerExperiment("toy", "toy_module:run", "llama-server")))
     monkeypatch.setattr(sections, "TEMPLATES", templates / "sections")
     monkeypatch.setattr(sections, "SCHEMAS", schemas)
     monkeypatch.setattr(render, "TEMPLATES", templates)

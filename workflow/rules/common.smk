@@ -12,7 +12,6 @@ from ladder.core.hosts import check_facts
 from ladder.core.io import read_json
 from ladder.planning.config import start_up
 from ladder.core import codeid
-from ladder.core.codeid import code_hashes
 from ladder.planning.plan import Plan, all_sources
 from ladder.preparing.source import base_of, source_id
 from ladder.reporting.sections import SECTIONS
@@ -54,7 +53,7 @@ wildcard_constraints:
 _PLANS = {}
 
 
-_CODE = code_hashes()  # every script's identity, once per parse
+_CODE = codeid.code_hashes()  # every script's identity, once per parse
 
 
 def code(script, entry=None):

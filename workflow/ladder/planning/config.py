@@ -165,11 +165,12 @@ def check_config(config: Mapping[str, Any], hosts: list[Host]) -> None:
                           + " or ".join(f"{n} ladder ({', '.join(k)})" for n, k in known.items()))
     targets = set(config["build"].get("targets") or [])
     for exp in server_experiments():  # each declares the tool it runs (its x-serving)
-        if (srv.get(exp.key) or {}).get("enabled") and exp.tool not in targets:
+        if not (srv.get(exp.key) or {}).get("enabled"):
+            continue
+        if exp.tool not in targets:
             raise LadderError(f"serving.{exp.key} needs {exp.tool}: add it to build.targets "
                               f"(or set serving.{exp.key}.enabled: false)")
-        if ((srv.get(exp.key) or {}).get("enabled") and "corpus" in exp.inputs
-                and not quality.get("corpus")):
+        if "corpus" in exp.inputs and not quality.get("corpus"):
             raise LadderError(f"serving.{exp.key} takes its text from quality.corpus: set one")
     cap = (srv.get("load") or {}).get("capacity") or {}
     if cap.get("enabled") and not (float(cap["min_rps"]) <= float(cap["start_rps"])

@@ -62,16 +62,20 @@ def server_experiments(schema_path: str | Path = CONFIG_SCHEMA) -> tuple[ServerE
     blocks = load_schema(schema_path)["properties"]["serving"]["properties"]
     out = []
     for key, block in blocks.items():
-        if "x-serving" in block:
-            spec = dict(block["x-serving"])
-            out.append(ServerExperiment(key, spec.pop("measure"), spec.pop("tool"),
-                                        tuple(spec.pop("inputs", ()))))
-            if spec or key in EXPERIMENTS:
-                raise LadderError(f"config schema: serving.{key}.x-serving: unknown keys "
-                                  f"{sorted(spec)} (measure, tool, inputs)" if spec else
-                                  f"config schema: serving.{key} is a llama-bench experiment")
+        spec = block.get("x-serving")
+        if spec is None:
+            continue
+        if key in EXPERIMENTS:
+            raise LadderError(f"config schema: serving.{key} is a llama-bench experiment")
+        unknown = sorted(set(spec) - {"measure", "tool", "inputs"})
+        missing = sorted({"measure", "tool"} - set(spec))
+        if unknown or missing:
+            raise LadderError(f"config schema: serving.{key}.x-serving: "
+                              + (f"unknown keys {unknown}" if unknown else f"no {missing}")
+                              + " (measure, tool, inputs)")
+        out.append(ServerExperiment(key, spec["measure"], spec["tool"],
+                                    tuple(spec.get("inputs", ()))))
     return tuple(out)
-
 
 
 # --- the points of the llama-bench experiments ---------------------------------------------------

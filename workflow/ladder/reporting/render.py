@@ -26,7 +26,6 @@ from ladder.core.errors import LadderError
 from ladder.reporting.figures import draw_all, section_figures
 from ladder.reporting.overview import overview
 from ladder.core.io import atomic_write_text, read_json
-from ladder.planning.serving_experiments import server_experiments
 from ladder.reporting.sections import SECTIONS
 
 WORKFLOW = Path(__file__).resolve().parent.parent.parent
@@ -99,8 +98,6 @@ def environment(link_base: str) -> jinja2.Environment:
     env.filters["mib"] = lambda d: ", ".join(f"{k} {v:.2f} MiB" for k, v in d.items()) or "-"
     env.filters["usd"] = lambda x: "-" if x is None else (f"${x:.3f}" if x < 10 else f"${x:.2f}")
     env.filters["link"] = lambda p: p if not p or os.path.isabs(p) else f"{link_base}{p}"
-    # the serving section includes each experiment that runs its own tool, in the schema's order
-    env.globals["serving_experiments"] = [e.key for e in server_experiments()]
     return env
 
 

@@ -82,12 +82,12 @@ def _resolve(ref: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), name)
 
 
+# the serving experiments that run their own tool: an input and a part of their own each
+_SERVERS = tuple(e.key for e in server_experiments())
 SECTIONS: tuple[Section, ...] = (
-    Section("serving", ("serving_points",  # and each experiment that runs its own tool
-                        *(f"serving_{e.key}" for e in server_experiments())),
+    Section("serving", ("serving_points", *(f"serving_{key}" for key in _SERVERS)),
             build="ladder.analysis.serving_view:section", slot="after_best_threads",
-            figures="ladder.reporting.serving_figures:serving_figures",
-            subkeys=tuple(e.key for e in server_experiments())),
+            figures="ladder.reporting.serving_figures:serving_figures", subkeys=_SERVERS),
     Section("hotspots", ("hotspots",), build="ladder.analysis.profileview:hotspots",
             slot="after_ledger", figures="ladder.reporting.profile_figures:hotspot_bars"),
     Section("kernel_tests", ("kernel_tests", "vendor_tests"),
