@@ -8,6 +8,7 @@ from ladder.reporting.fleet import check_executor, explain_failures
 from ladder.measuring.quality import cleanup_logits
 from ladder.core import progress
 from ladder.core.progress import announce_plan
+from ladder.core.outcome import recheck
 
 # the jobs whose time is measurement time, named by this workflow's rules (progress.py's own
 # list predates the serve rule; every measuring rule reaches progress.py, so an edit there
@@ -37,6 +38,13 @@ include: "workflow/rules/dispatch.smk"
 include: "workflow/rules/hotspots.smk"
 include: "workflow/rules/serving.smk"
 include: "workflow/rules/report.smk"
+
+
+# a failure of the moment that an earlier run recorded (an input not there, a job killed) is
+# checked again, never reused as a fact about the content (ladder.core.outcome); a job step on a
+# cluster node or in a subprocess leaves that to the run that plans
+if not (workflow.remote_exec or workflow.subprocess_exec):
+    recheck(str(o) for r in workflow.rules for o in r.output)
 
 
 localrules:

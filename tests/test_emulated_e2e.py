@@ -10,14 +10,14 @@ them; LADDER_REQUIRE_EMULATION=1 turns a missing tool into a failure instead of 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from functools import partial
 from pathlib import Path
 
 import pytest
 import yaml
-from workflow_runner import kleidiai_archive, kleidiai_overlay, make_workdir, run_snakemake
+from workflow_runner import (kleidiai_archive, kleidiai_overlay, make_workdir, requires,
+                             run_snakemake)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "tests" / "configs" / "emulated.yaml"
@@ -28,11 +28,7 @@ MISSING = [t for t in TOOLS if shutil.which(t) is None]
 if kleidiai_archive() is None:
     MISSING.append("the KleidiAI archive (shared/third_party/kleidiai-v1.24.0-src.tar.gz)")
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(bool(MISSING) and os.environ.get("LADDER_REQUIRE_EMULATION") != "1",
-                       reason=f"not installed: {', '.join(MISSING)}"),
-]
+pytestmark = [pytest.mark.e2e, requires("LADDER_REQUIRE_EMULATION", MISSING, "the emulated lane")]
 TARGETS = [f"{EMU}/report/ladder.md", f"{EMU}/report/ladder.html"]
 
 
@@ -44,12 +40,37 @@ def snakemake(run_dir):
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     work = make_workdir(tmp_path_factory, "LADDER_EMULATED_WORKDIR", "emulated")
-    # the KleidiAI rung from the shared archive, as a user points it at a local copy
-    overlay = kleidiai_overlay(work)
+    # the KleidiAI rung from the shared archive, as a user points it at a local copy; first
+    # before the archive is where the overlay says (the rung not applicable, of the moment),
+    # then with it put there and the same overlay: the rung is built (no manual deletion)
+    later = work / "later" / "kleidiai-v1.24.0-src.tar.gz"
+    overlay = kleidiai_overlay(work, archive=later)
+    if not later.is_file():
+        first = run_snakemake(work, f"{EMU}/rungs/kleidiai.json", "results/hosts/local/host.json",
+                              config=[CONFIG, overlay])
+        if first.returncode != 0:
+            pytest.fail(f"emulated lane (no archive yet) failed:\n{first.stderr[-6000:]}")
+        (work / "first-card.json").write_bytes((work / EMU / "rungs" / "kleidiai.json").read_bytes())
+        later.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(kleidiai_archive(), later)
     res = run_snakemake(work, *TARGETS, config=[CONFIG, overlay])
     if res.returncode != 0:
         pytest.fail(f"emulated lane failed:\n{res.stderr[-6000:]}")
+    (work / "run.stderr.log").write_text(res.stderr)
     return work
+
+
+def test_a_missing_archive_is_checked_again(run_dir, report):
+    """The first run, without the archive: not applicable, a failure of the moment; the second,
+    with it in place: the vendor record was checked again (the first kept in logs/rechecked)."""
+    first = json.loads((run_dir / "first-card.json").read_text())
+    assert first["build"]["status"] == "not_applicable", first["build"]
+    assert first["build"]["outcome"] == "moment" and "does not exist" in first["build"]["reason"]
+    kept = [json.loads(p.read_text()) for p in (run_dir / "logs" / "rechecked").rglob("vendor.json")]
+    assert any("does not exist" in (k.get("reason") or "") for k in kept), kept
+    assert "checking again (a failure of the moment" in (run_dir / "run.stderr.log").read_text()
+    (rung,) = [r for r in report["rungs"] if r["name"] == "kleidiai"]
+    assert rung["status"] == "ok" and rung["build"]["status"] == "ok", rung
 
 
 @pytest.fixture(scope="module")

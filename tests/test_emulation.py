@@ -3,12 +3,12 @@ host config errors. Parsers run on real QEMU output (tests/fixtures/qemu-exec/RE
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from workflow_runner import requires
 
 from ladder.preparing import emulation
 from ladder.core.errors import LadderError
@@ -19,10 +19,10 @@ FIX = Path(__file__).parent / "fixtures" / "qemu-exec"
 DATA = Path(__file__).parent / "data"
 HAVE_QEMU = shutil.which("qemu-aarch64-static") is not None
 HAVE_CROSS = shutil.which("aarch64-linux-gnu-gcc") is not None
-REQUIRE = os.environ.get("LADDER_REQUIRE_EMULATION") == "1"
-needs_tools = pytest.mark.skipif(
-    not (HAVE_QEMU and HAVE_CROSS) and not REQUIRE,
-    reason="qemu-user-static / gcc-aarch64-linux-gnu not installed")
+needs_tools = requires(
+    "LADDER_REQUIRE_EMULATION",
+    [t for t, have in (("qemu-user-static", HAVE_QEMU), ("gcc-aarch64-linux-gnu", HAVE_CROSS))
+     if not have], "the emulation tests")
 
 
 def test_hwcaps_of_real_qemu_models() -> None:

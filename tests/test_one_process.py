@@ -7,12 +7,12 @@ emulated e2e module runs the whole path under QEMU."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from workflow_runner import requires
 
 from ladder.measuring import counting
 from ladder.preparing import emulation
@@ -185,10 +185,9 @@ def test_a_shared_run_that_cannot_be_cut_returns_none(tmp_path, fake_run, return
                          60) is None
 
 
-@pytest.mark.skipif(not (shutil.which("qemu-aarch64-static") and shutil.which("aarch64-linux-gnu-gcc")
-                         and shutil.which("gdb-multiarch"))
-                    and os.environ.get("LADDER_REQUIRE_EMULATION") != "1",
-                    reason="qemu-user-static / gcc-aarch64-linux-gnu / gdb-multiarch missing")
+@requires("LADDER_REQUIRE_EMULATION",
+          [t for t in ("qemu-aarch64-static", "aarch64-linux-gnu-gcc", "gdb-multiarch")
+           if not shutil.which(t)], "the real-guest counting test")
 def test_both_methods_cut_a_real_guest_at_each_test(tmp_path):
     """A real aarch64 guest under QEMU: the exec log and the gdbstub give each test's calls."""
     from ladder.core.kernels import read_symbols

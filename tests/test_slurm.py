@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 import slurm_cluster
-from workflow_runner import serving_off
+from workflow_runner import requires, serving_off
 
 ROOT = Path(__file__).resolve().parents[1]
 E2E_CONFIG = ROOT / "tests" / "configs" / "e2e.yaml"
@@ -30,6 +30,7 @@ HOST_CPUS = max(1, (os.cpu_count() or 2) // len(HOSTS))  # the node's cores, spl
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(platform.machine() != "x86_64", reason="the e2e config is the x86 ladder"),
+    requires("LADDER_REQUIRE_SLURM", slurm_cluster.missing(), "the SLURM fleet test"),
 ]
 
 
@@ -80,11 +81,6 @@ def run_slurm(workdir: Path, config: dict, *args: str,
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    why = slurm_cluster.missing()
-    if why:
-        if os.environ.get("LADDER_REQUIRE_SLURM"):
-            pytest.fail(why)
-        pytest.skip(why)
     with slurm_cluster.cluster(tmp_path_factory.mktemp("slurm"), HOSTS) as c:
         yield c
 

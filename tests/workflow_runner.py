@@ -71,3 +71,16 @@ def make_workdir(tmp_path_factory, reuse_env: str, name: str) -> Path:
     (work / "config").mkdir(exist_ok=True)
     shutil.copy(ROOT / "config" / "config.yaml", work / "config" / "config.yaml")
     return work
+
+
+def requires(env: str, missing: list[str] | str | None, what: str) -> "pytest.MarkDecorator":
+    """A test module's prerequisites (tools, an archive, a cluster): a skip naming what is
+    missing, or, with ``env`` set (CI: ``LADDER_REQUIRE_*=1``), an error at collection naming
+    it, before any test of the run (and any workflow) starts."""
+    import pytest
+
+    absent = [missing] if isinstance(missing, str) else list(missing or [])
+    if absent and os.environ.get(env, "") not in ("", "0"):
+        pytest.fail(f"{env} is set but {what} cannot run here: missing "
+                    f"{'; '.join(absent)}", pytrace=False)
+    return pytest.mark.skipif(bool(absent), reason=f"not installed: {'; '.join(absent)}")

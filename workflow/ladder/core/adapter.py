@@ -7,6 +7,7 @@ import sys
 import traceback
 from typing import Any, Callable
 
+from ladder.core import outcome
 from ladder.core.errors import LadderError
 
 
@@ -28,7 +29,15 @@ def run_step(snakemake: Any, step: Callable[[], object]) -> None:
         handlers.append(to_log)
     logging.basicConfig(level=logging.INFO, handlers=handlers, force=True)
     try:
-        step()
+        with outcome.watch() as moments:
+            step()
+        outputs = [str(o) for o in snakemake.output]
+        if moments:  # a failure of the moment: the next run checks this job's outputs again
+            outcome.mark(outputs, moments)
+            logging.info("a failure of the moment (checked again on the next run): %s",
+                         "; ".join(m["reason"] for m in moments))
+        else:
+            outcome.clear(outputs)
     except LadderError as exc:
         msg = f"ladder: error in rule {snakemake.rule}: {exc}"
         if log_path:

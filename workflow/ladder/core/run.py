@@ -13,8 +13,10 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Mapping, Sequence
 
+from ladder.core import outcome
 from ladder.core.machine import task_cpus
 
 
@@ -114,6 +116,9 @@ def run(
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+    outside = outcome.of_exit(proc.returncode, timed_out)
+    if outside:  # the job's outputs are checked again next run (ladder.core.outcome)
+        outcome.note(f"{Path(str(argv[0])).name}: {outside}")
     return RunResult(
         argv=list(argv), returncode=proc.returncode, stdout=stdout, stderr=stderr, wall_s=wall,
         peak_rss_kib=int(rusage.ru_maxrss) if rusage else 0, timed_out=timed_out,

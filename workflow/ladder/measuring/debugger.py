@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ladder.core import outcome
 from ladder.core.errors import LadderError
 from ladder.core.run import run
 
@@ -149,6 +150,8 @@ def run_under_lldb(setup: LldbSetup, argv: Sequence[str], probes: list[dict[str,
         else:
             result = {"error": f"lldb driver produced no result ({res.failure() or 'no output'}): "
                                f"{res.stderr.strip()[-500:]}", "hits": {}}
+        if result.get("timed_out"):  # the inferior's time ran out: this job runs again next run
+            outcome.note(f"{Path(argv[0]).name} under lldb: timed out after {timeout_s:g} s")
         result["driver_wall_s"] = round(res.wall_s, 3)
         result["token"] = token
         result["orphans_killed"] = orphans

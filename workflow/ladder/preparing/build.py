@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ladder.core import progress
+from ladder.core import outcome, progress
 from ladder.core.errors import LadderError
 from ladder.core.io import atomic_write_json, read_json
 from ladder.preparing.vendor import check_records
@@ -206,6 +206,13 @@ def run_stages(record: dict[str, Any], stages: Sequence[tuple[str, list[str]]],
                 record["configure_arch_lines"] = ARCH_LINES.findall(output)
             if returncode != 0:
                 record["reason"] = _failure_reason(output, stage)
+                # the machine's failure (killed, out of memory or disk) is checked again next
+                # run; the recipe's own (a compile error) is a fact, kept under the build key
+                outside = outcome.of_exit(returncode, False, output)
+                record["outcome"] = "moment" if outside else "fact"
+                if outside:
+                    outcome.note(f"build {stage}: {outside}")
+                    record["reason"] += f" ({outside}: checked again on the next run)"
                 return
     absent = [t for t in targets if not (bin_dir / t).exists()]
     if absent:
@@ -219,7 +226,7 @@ def _unbuilt(provenance: str, log: str, status: str, reason: str, **fields: Any
              ) -> dict[str, Any]:
     """The provenance of a build that was not made: its status and reason, in its log too."""
     record = {"format": FORMAT, **fields, "status": status, "reason": reason, "log": str(log),
-              "ran_on": host_brief()}
+              "ran_on": host_brief(), "checked_at": outcome.now()}
     Path(log).parent.mkdir(parents=True, exist_ok=True)
     Path(log).write_text(f"not built: {reason}\n")
     atomic_write_json(provenance, record)
@@ -254,16 +261,20 @@ def build(
     src = read_json(source_json)
     vendor_defines, unusable, vendor_records = check_records(list(vendor_json))
     vendor_info = [{k: r.get(k) for k in ("name", "kind", "identity", "status", "reason",
-                                          "source_dir", "sha256_found")} for r in vendor_records]
+                                          "source_dir", "sha256_found", "outcome")}
+                   for r in vendor_records]
     source_info = {k: src.get(k) for k in ("source_id", "upstream_commit", "label", "root",
                                            "patched_from_commit") if k in src}
     if src.get("status") == "failed":  # a rung's patch that does not apply: named, not built
         reason = f"source {src.get('label')}: {src.get('reason')}"
         return _unbuilt(provenance, log, "failed", reason, build_key=build_key,
-                        material=dict(material), source=source_info, vendor=vendor_info)
-    if unusable:
+                        material=dict(material), source=source_info, vendor=vendor_info,
+                        outcome="fact")
+    if unusable:  # of the moment when a vendor source was (its record goes, this one with it)
+        moment = any(v.get("outcome") == "moment" for v in vendor_info)
         return _unbuilt(provenance, log, "not_applicable", unusable, build_key=build_key,
-                        material=dict(material), vendor=vendor_info)
+                        material=dict(material), vendor=vendor_info,
+                        outcome="moment" if moment else "fact")
     # the real path: cmake bakes the build dir into every binary's RUNPATH, and a build in a
     # shared resources_dir must run from every work dir, whatever link it was reached through
     out_dir = Path(provenance).resolve().parent
@@ -289,7 +300,7 @@ def build(
         "source": source_info,
         "configure_argv": configure, "build_argv": compile_, "jobs": jobs,
         "log": str(log), "status": "failed", "reason": None, "ran_on": host_brief(),
-        "vendor": vendor_info,
+        "checked_at": outcome.now(), "vendor": vendor_info,
     }
     before = ccache_counters(env)
     run_stages(record, [("configure", configure), ("build", compile_)], env, log,

@@ -33,6 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from ladder.core import outcome
 from ladder.core.errors import LadderError
 from ladder.core.io import canonical_hash
 
@@ -541,6 +542,7 @@ def gdbstub_counts(prefix: Sequence[str], tool_argv: Sequence[str], entries: Map
                                  check=False)
         except subprocess.TimeoutExpired:
             result["error"] = f"timed out after {timeout_s:.0f} s (qemu and gdb killed)"
+            outcome.note(f"{Path(tool_argv[0]).name} under qemu's gdbstub: {result['error']}")
             return result
         text = res.stdout + res.stderr
         result["exited_normally"] = "exited normally" in text

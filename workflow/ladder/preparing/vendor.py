@@ -13,7 +13,9 @@ The identity (kind and hash, never the path) is part of the build key of every r
 it. Whether a source is usable is decided by the ``vendor_source`` job and recorded
 (``vendor.json``); planning the DAG never opens a connection. A missing file, a hash mismatch or
 an unreachable upstream is a status with a reason naming the key: the build that needs it is
-recorded *not applicable* with that reason, and the rest of the ladder runs.
+recorded *not applicable* with that reason, and the rest of the ladder runs. Those are failures
+of the moment, not facts about the identity (``ladder.core.outcome``): the next run checks the
+source again, so a file put in place afterwards is used with no manual deletion.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ladder.core import outcome
 from ladder.core.errors import LadderError
 from ladder.core.io import atomic_write_json, canonical_hash, read_json, sha256_file
 
@@ -130,6 +133,11 @@ def fetch_vendor(name: str, spec: Mapping[str, Any], out_json: str | os.PathLike
 
     def done(**kw: Any) -> dict[str, Any]:
         record.update(kw)
+        if record["status"] == "ok" or record.get("outcome") == "fact":
+            record["outcome"] = "fact"
+        else:  # an input not there (yet): checked again on the next run, never kept
+            record["outcome"] = "moment"
+            outcome.note(str(record["reason"]))
         atomic_write_json(out_json, record)
         return record
 
@@ -171,8 +179,9 @@ def fetch_vendor(name: str, spec: Mapping[str, Any], out_json: str | os.PathLike
         base = path.resolve()
     src = base / ident["subdirectory"] if ident.get("subdirectory") else base
     if not (src / "CMakeLists.txt").is_file():
+        # a fact of the pinned content (its sha256 matched): kept
         return done(reason=f"no {name} source: {src} has no CMakeLists.txt "
-                    f"(set {where}.subdirectory to the folder that has it)")
+                    f"(set {where}.subdirectory to the folder that has it)", outcome="fact")
     return done(status="ok", source_dir=str(src.resolve()))
 
 

@@ -33,10 +33,10 @@ def rung_status(plan_rung: Mapping[str, Any], build: Mapping[str, Any] | None,
                 "measured_in": []}
     if build.get("status") == "not_applicable":  # its vendor_source job found no usable source
         return {"status": "not_applicable", "reason": build.get("reason"), "log": None,
-                "measured_in": []}
+                "measured_in": [], **failure_note(build, name)}
     if build.get("status") != "ok":
         return {"status": "build_failed", "reason": build.get("reason"), "log": build.get("log"),
-                "measured_in": []}
+                "measured_in": [], **failure_note(build, name)}
     problems = []  # each with the phase of the cells it happened in (None: the evidence run)
     for ev in evidence:
         if ev.get("rung") == name and ev.get("status") in {"crashed", "failed"}:
@@ -58,6 +58,20 @@ def rung_status(plan_rung: Mapping[str, Any], build: Mapping[str, Any] | None,
                 "crashed_in": sorted({p["phase"] for p in problems if p["phase"]}),
                 "problems": problems}
     return {"status": "ok", "reason": None, "log": build.get("log"), "measured_in": measured}
+
+
+def failure_note(build: Mapping[str, Any], rung: str) -> dict[str, Any]:
+    """Whether a build's failure is checked again next run (a failure of the moment: an input
+    not there, the build killed) or kept as a fact of its recipe, not re-tried, with the one
+    command that forces a re-try (ladder.core.outcome)."""
+    if build.get("outcome") == "moment":
+        return {"outcome": "moment", "kept": "a failure of the moment: checked again on the "
+                                              "next run"}
+    retry = f"./ladder run --forcerun $(./ladder paths build {rung})"
+    seen = build.get("checked_at")
+    return {"outcome": "fact", "retry": retry,
+            "kept": (f"kept from {seen}" if seen else "kept from an earlier run")
+            + f" (a fact of this recipe and source), not re-tried; to re-try: `{retry}`"}
 
 
 def phase_credit(ev: Mapping[str, Any] | None, rung: Mapping[str, Any] | None,
@@ -648,8 +662,9 @@ def write_rung_card(*, rung: Mapping[str, Any], inputs: Sequence[str], out_json:
     ev = [d for d in docs if d.get("format", "").startswith("ladder-evidence")]
     atomic_write_json(out_json, {
         "format": "ladder-rung/1", "rung": dict(rung),
-        "build": {k: (build or {}).get(k) for k in ("status", "reason", "log", "build_key",
-                                                    "configure_wall_s", "build_wall_s")},
+        "build": {k: (build or {}).get(k) for k in ("status", "reason", "outcome", "log",
+                                                    "build_key", "configure_wall_s",
+                                                    "build_wall_s")},
         "evidence": [{k: e.get(k) for k in ("quant", "status", "reason", "weight_buffers_mib",
                                             "system_info", "vendor_lines", "claims")}
                      for e in ev],
