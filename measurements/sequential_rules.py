@@ -1,0 +1,182 @@
+"""Which sequential rule for a comparison (issue 56): today's design against two anytime-valid
+ones, on simulated cells of the shape the bench cells have.
+
+A comparison is a series of paired per-round log ratios, looked at after every round from the
+third up to a cap. Rules:
+
+- ``today``: Haybittle-Peto looks at rounds 3, 5 and 10 (a gross step, p < 0.001 and beyond δ,
+  is decided there), otherwise the fixed-n paired t at the cap: faster/slower when p < 0.05 and
+  the estimate beyond δ, equivalent when the 90 % interval is inside ±δ;
+- ``tcs``: the anytime-valid t confidence sequence (savvi, Lindon et al. 2024) after every round,
+  stopped as soon as it is wholly beyond ±δ or wholly inside it;
+- ``gs``: repeated confidence intervals of a group-sequential design (Lan-DeMets O'Brien-Fleming
+  spending, a look after every round up to the cap), stopped the same way.
+
+At the cap an open comparison is reported as it stands: a call when the interval excludes 0
+("by less than δ not ruled out"), else inconclusive. For each noise model, effect and rule:
+the share of cells called (a false call when the effect is 0), decided beyond δ, decided
+equivalent, the interval's coverage (at every look up to the stop for the sequential rules, at
+the stop for today's), and the mean rounds used. Noise: independent rounds, AR(1) at 0.3, slow
+modes (a level that changes every ~8 rounds) and a label shifted by one SD for 5 rounds; the
+standard error takes the variance factor the run would measure (the model's long-run factor) or
+the one assumed inside a cell today (``--assumed``).
+
+    .venv/bin/python measurements/sequential_rules.py [--cells 4000] [--cap 28]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy import stats as sps
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
+from ladder.planning import sequential  # noqa: E402
+
+RHO_ASSUMED = 0.05  # protocol.ASSUMED_RHO: what a cell assumes today
+
+
+def noise(model: str, cells: int, n: int, sd: float, rng: np.random.Generator
+          ) -> tuple[np.ndarray, float]:
+    """(cells x n) noise of the per-round log ratio, and its long-run variance factor."""
+    z = rng.standard_normal((cells, n))
+    if model == "iid":
+        return sd * z, 1.0
+    if model == "ar1":
+        rho = 0.3
+        e = np.empty_like(z)
+        e[:, 0] = z[:, 0]
+        for i in range(1, n):
+            e[:, i] = rho * e[:, i - 1] + math.sqrt(1 - rho ** 2) * z[:, i]
+        return sd * e, 1 + 2 * sum(rho ** j for j in (1, 2, 3))  # as the run measures it
+    if model == "slow":
+        # a level holding 22.5 % of the variance that lasts ~8 rounds (lag-j autocorrelation
+        # 0.225 * 0.875^j): the run measures a factor of 2.04 from lags 1-3
+        # (stats.run_dependence), what the default run of 2026-12-07 measured in prefill
+        share = 0.225
+        level = np.zeros((cells, n))
+        cur = rng.standard_normal(cells) * math.sqrt(share)
+        for i in range(n):
+            switch = rng.random(cells) < 1 / 8
+            cur = np.where(switch, rng.standard_normal(cells) * math.sqrt(share), cur)
+            level[:, i] = cur
+        return (sd * (math.sqrt(1 - share) * z + level),
+                1 + 2 * sum(share * 0.875 ** j for j in (1, 2, 3)))
+    if model == "shift":
+        e = sd * z
+        start = rng.integers(0, n - 5, cells)
+        for c in range(cells):
+            e[c, start[c]:start[c] + 5] += sd
+        return e, 1.0
+    raise ValueError(model)
+
+
+def run_rule(rule: str, x: np.ndarray, band: float, factor: float, cap: int) -> dict[str, float]:
+    cells, n = x.shape
+    k = np.arange(1, n + 1)
+    csum = np.cumsum(x, axis=1)
+    mean = csum / k
+    csq = np.cumsum(x ** 2, axis=1)
+    var = np.where(k > 1, (csq - k * mean ** 2) / np.maximum(k - 1, 1), np.nan)
+    se = np.sqrt(np.maximum(var, 0) / k * factor)
+    stop = np.full(cells, cap)
+    decision = np.full(cells, "", dtype=object)
+    covered = np.ones(cells, dtype=bool)
+    mu = TRUE_MU
+    if rule == "today":
+        for look in (3, 5, 10):
+            i = look - 1
+            t = np.abs(mean[:, i]) / se[:, i]
+            p = 2 * sps.t.sf(t, look - 1)
+            gross = (p < 0.001) & (np.abs(mean[:, i]) >= band) & (decision == "")
+            decision[gross] = np.where(mean[gross, i] > 0, "faster", "slower")
+            stop[gross] = look
+        i = cap - 1
+        open_ = decision == ""
+        t = np.abs(mean[:, i]) / se[:, i]
+        p = 2 * sps.t.sf(t, cap - 1)
+        call = open_ & (p < 0.05) & (np.abs(mean[:, i]) >= band)
+        decision[call] = np.where(mean[call, i] > 0, "faster", "slower")
+        h90 = sps.t.ppf(0.95, cap - 1) * se[:, i]
+        eq = open_ & ~call & (mean[:, i] - h90 >= -band) & (mean[:, i] + h90 <= band)
+        decision[eq] = "equivalent"
+        at = stop - 1
+        h = sps.t.ppf(0.975, stop - 1) * se[np.arange(cells), at]
+        m = mean[np.arange(cells), at]
+        covered = (m - h <= mu) & (mu <= m + h)
+        beyond = np.isin(decision, ["faster", "slower"]) & (
+            np.abs(m) - h >= band)
+        excl0 = np.isin(decision, ["faster", "slower"])
+    else:
+        radius = np.full((cells, n), np.inf)
+        for j in range(sequential.MIN_ROUNDS, n + 1):
+            if rule == "tcs":
+                crit = sequential.t_radius(j)
+            else:
+                c = sequential.spending_bounds(cap)[j - sequential.MIN_ROUNDS]
+                crit = float(sps.t.ppf(sps.norm.cdf(c), j - 1))
+            radius[:, j - 1] = crit * se[:, j - 1]
+        lo, hi = mean - radius, mean + radius
+        done = np.zeros(cells, dtype=bool)
+        for j in range(sequential.MIN_ROUNDS, cap + 1):
+            i = j - 1
+            covered &= done | ((lo[:, i] <= mu) & (mu <= hi[:, i]))
+            up, down = lo[:, i] >= band, hi[:, i] <= -band
+            eq = (lo[:, i] >= -band) & (hi[:, i] <= band)
+            now = ~done & (up | down | eq)
+            decision[now & up] = "faster"
+            decision[now & down] = "slower"
+            decision[now & eq & ~up & ~down] = "equivalent"
+            stop[now] = j
+            done |= now
+        i = cap - 1
+        open_ = ~done
+        excl = open_ & ((lo[:, i] > 0) | (hi[:, i] < 0))
+        decision[excl] = np.where(mean[excl, i] > 0, "faster (<δ not ruled out)",
+                                  "slower (<δ not ruled out)")
+        beyond = np.isin(decision, ["faster", "slower"])
+        excl0 = np.array([d.startswith(("faster", "slower")) for d in decision])
+    return {"called": float(excl0.mean()), "beyond": float(beyond.mean()),
+            "equivalent": float((decision == "equivalent").mean()),
+            "coverage": float(covered.mean()), "rounds": float(stop.mean())}
+
+
+TRUE_MU = 0.0
+
+
+def main() -> int:
+    global TRUE_MU
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cells", type=int, default=4000)
+    ap.add_argument("--cap", type=int, default=28)
+    ap.add_argument("--assumed", action="store_true",
+                    help="the standard error takes today's assumed factor, not the model's")
+    ap.add_argument("--seed", type=int, default=56)
+    args = ap.parse_args()
+    rng = np.random.default_rng(args.seed)
+    print("| phase (SD, δ) | noise | effect | rule | called | beyond δ | equivalent | coverage "
+          "| rounds |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|")
+    for phase, sd, delta, target in (("prefill", 0.18, 0.05, 0.10), ("decode", 0.09, 0.03, 0.05),
+                                     ("quiet", 0.06, 0.05, 0.10)):
+        band = math.log1p(delta)
+        for model in ("iid", "ar1", "slow", "shift"):
+            e, factor = noise(model, args.cells, args.cap, sd, rng)
+            if args.assumed:
+                factor = (1 + RHO_ASSUMED) / (1 - RHO_ASSUMED)
+            for effect in (0.0, target, 1.0, 15.0):
+                TRUE_MU = math.log1p(effect)
+                for rule in ("today", "tcs", "gs"):
+                    r = run_rule(rule, e + TRUE_MU, band, factor, args.cap)
+                    print(f"| {phase} ({sd:.0%}, {delta:.0%}) | {model} | {effect:+.0%} | {rule} "
+                          f"| {r['called']:.1%} | {r['beyond']:.1%} | {r['equivalent']:.1%} "
+                          f"| {r['coverage']:.1%} | {r['rounds']:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
