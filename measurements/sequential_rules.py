@@ -40,9 +40,13 @@ from ladder.planning import sequential  # noqa: E402
 RHO_ASSUMED = 0.05  # protocol.ASSUMED_RHO: what a cell assumes today
 
 
+LAGS = 3  # the lags whose autocorrelations the run's factor sums (stats.run_dependence)
+
+
 def noise(model: str, cells: int, n: int, sd: float, rng: np.random.Generator
           ) -> tuple[np.ndarray, float]:
-    """(cells x n) noise of the per-round log ratio, and its long-run variance factor."""
+    """(cells x n) noise of the per-round log ratio, and the variance factor a run measures
+    from its lags 1-``LAGS`` autocorrelations (``--lags``)."""
     z = rng.standard_normal((cells, n))
     if model == "iid":
         return sd * z, 1.0
@@ -52,7 +56,7 @@ def noise(model: str, cells: int, n: int, sd: float, rng: np.random.Generator
         e[:, 0] = z[:, 0]
         for i in range(1, n):
             e[:, i] = rho * e[:, i - 1] + math.sqrt(1 - rho ** 2) * z[:, i]
-        return sd * e, 1 + 2 * sum(rho ** j for j in (1, 2, 3))  # as the run measures it
+        return sd * e, 1 + 2 * sum(rho ** j for j in range(1, LAGS + 1))
     if model == "slow":
         # a level holding 22.5 % of the variance that lasts ~8 rounds (lag-j autocorrelation
         # 0.225 * 0.875^j): the run measures a factor of 2.04 from lags 1-3
@@ -65,7 +69,7 @@ def noise(model: str, cells: int, n: int, sd: float, rng: np.random.Generator
             cur = np.where(switch, rng.standard_normal(cells) * math.sqrt(share), cur)
             level[:, i] = cur
         return (sd * (math.sqrt(1 - share) * z + level),
-                1 + 2 * sum(share * 0.875 ** j for j in (1, 2, 3)))
+                1 + 2 * sum(share * 0.875 ** j for j in range(1, LAGS + 1)))
     if model == "shift":
         e = sd * z
         start = rng.integers(0, n - 5, cells)
@@ -149,14 +153,17 @@ TRUE_MU = 0.0
 
 
 def main() -> int:
-    global TRUE_MU
+    global TRUE_MU, LAGS
     ap = argparse.ArgumentParser()
     ap.add_argument("--cells", type=int, default=4000)
     ap.add_argument("--cap", type=int, default=28)
     ap.add_argument("--assumed", action="store_true",
                     help="the standard error takes today's assumed factor, not the model's")
     ap.add_argument("--seed", type=int, default=56)
+    ap.add_argument("--lags", type=int, default=3,
+                    help="the lags the run's factor sums (stats.run_dependence: 3)")
     args = ap.parse_args()
+    LAGS = args.lags
     rng = np.random.default_rng(args.seed)
     print("| phase (SD, δ) | noise | effect | rule | called | beyond δ | equivalent | coverage "
           "| rounds |")
