@@ -7,6 +7,7 @@ real bisection, builds and measurements, is tests/test_e2e.py::test_bisect_finds
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 from pathlib import Path
 
@@ -108,14 +109,17 @@ def test_a_step_measures_one_cell_of_its_own_rungs(tmp_path, monkeypatch):
         "bench/gemma3-270m/q4_0/pp16/t2.json")
 
 
-def cell_doc(speeds: dict[str, float], rounds: int, seed: int) -> dict:
-    """A bench cell of paired rounds: each rung at its speed, 2 % noise per run."""
+def cell_doc(speeds: dict[str, float], rounds: int, seed: int,
+             noise: dict[str, float] | None = None) -> dict:
+    """A bench cell of paired rounds: each rung at its speed, 2 % noise per run (``noise``:
+    another SD for some rungs)."""
     rng = np.random.default_rng(seed)
     samples = []
     for rnd in range(rounds):
         for i, (rung, tps) in enumerate(speeds.items()):
+            sd = (noise or {}).get(rung, 0.02)
             samples.append({"rung": rung, "round": rnd, "order": i, "rep": 0,
-                            "tokens_per_s": tps * float(np.exp(rng.normal(0, 0.02))),
+                            "tokens_per_s": tps * float(np.exp(rng.normal(0, sd))),
                             "n_prompt": 16, "n_gen": 0, "build_key": rung,
                             "build_commit": rung})
     return {"quant": "q4_0", "workload": "pp16", "threads": 2, "samples": samples,
@@ -192,3 +196,148 @@ def test_unknown_rung_and_workload_are_named(history, tmp_path, monkeypatch):
                                   threads=2, configfile=[], config=[], cores="2")
         with pytest.raises(LadderError, match=match):
             bisect.Bisection(args, config, tmp_path)
+
+
+# --- issue 61: skipped probes, merged histories, nothing lost, offline --------------------------
+
+def bisection(repo, shas, tmp_path, monkeypatch, **kw):
+    monkeypatch.chdir(ROOT)
+    config = load_config([str(ROOT / "tests" / "configs" / "e2e.yaml")])
+    config["resources_dir"] = str(tmp_path / "res")
+    args = argparse.Namespace(repo=str(repo), good=kw.get("good", shas[0]),
+                              bad=kw.get("bad", shas[-1]), subdirectory="", rung="floor",
+                              quant="Q4_0", workload="pp16", threads=2, configfile=[],
+                              config=[], cores="2", offline=kw.get("offline", False))
+    return bisect.Bisection(args, config, tmp_path), config
+
+
+def walker(b, config, shas, speed, broken=(), noisy=(), raises=()):
+    """A fake step: each commit at speed(index); a commit in ``broken`` is not measured, one in
+    ``noisy`` measured with 60 % noise per run, one in ``raises`` fails its workflow. The
+    cells are judged by the ladder's own rule. Returns the labels measured."""
+    index = {f"c_{s[:10]}": i for i, s in enumerate(shas)}
+    measured = []
+
+    def fake_measure(label, commits):
+        measured.append(label)
+        names = [c.name for c in commits]
+        if any(index[n] in raises for n in names):
+            raise LadderError(f"step {label}: the workflow failed (exit 1)")
+        if any(index[n] in broken for n in names):
+            return {"label": label, "commits": [c.sha for c in commits], "wall_s": 1.0,
+                    "builds": [], "cell_summary": None,
+                    "not_measured": {n: "build_failed" for n in names if index[n] in broken}}
+        doc = cell_doc({n: speed(index[n]) for n in names} | {"control": speed(0)}, rounds=6,
+                       seed=len(measured), noise={n: 0.6 for n in names if index[n] in noisy})
+        return {"label": label, "commits": [c.sha for c in commits], "wall_s": 1.0,
+                "builds": [], "not_measured": {},
+                "cell_summary": bisect.judge(doc, names, config)}
+
+    b.measure = fake_measure
+    return measured
+
+
+def test_a_probe_that_does_not_build_is_skipped_and_a_neighbour_tried(history, tmp_path,
+                                                                       monkeypatch):
+    repo, shas = history
+    b, config = bisection(repo, shas, tmp_path, monkeypatch)
+    measured = walker(b, config, shas, lambda i: 100.0 if i < 4 else 50.0, broken={2})
+    doc = b.run()
+    assert [m[:9] for m in measured] == ["ends", "probe-002", "probe-001", "probe-003",
+                                         "probe-004"]
+    assert doc["result"] == "step" and doc["first_bad"] == shas[4]
+    assert doc["skipped"] == [{"commit": shas[2], "why": "skipped (not measured: "
+                               f"c_{shas[2][:10]} build_failed)"}]
+    assert "Skipped (1): " in bisect.render(doc)
+
+
+def test_skipped_commits_next_to_the_step_leave_it_among_them(history, tmp_path, monkeypatch):
+    repo, shas = history
+    b, config = bisection(repo, shas, tmp_path, monkeypatch)
+    walker(b, config, shas, lambda i: 100.0 if i < 3 else 50.0, broken={2})
+    doc = b.run()
+    assert doc["result"] == "among skipped" and doc["candidates"] == [shas[2], shas[3]]
+    assert doc["text"].startswith(f"the first bad commit is one of {shas[2][:10]}, {shas[3][:10]}")
+
+
+def test_an_unplaced_probe_is_skipped(history, tmp_path, monkeypatch):
+    repo, shas = history
+    b, config = bisection(repo, shas, tmp_path, monkeypatch)
+    # commit 2 half way in log speed, its runs noisy: neither difference is called
+    walker(b, config, shas, lambda i: 70.7 if i == 2 else 100.0 if i < 4 else 50.0, noisy={2})
+    doc = b.run()
+    (probe2,) = [s for s in doc["steps"] if s.get("index") == 2]
+    assert probe2["side"].startswith("skipped (unplaced"), probe2["vs_good"]["text"]
+    assert doc["result"] == "step" and doc["first_bad"] == shas[4]
+
+
+def test_a_probe_between_the_ends_stops_the_walk(history, tmp_path, monkeypatch):
+    repo, shas = history
+    b, config = bisection(repo, shas, tmp_path, monkeypatch)
+    walker(b, config, shas, lambda i: 100.0 if i < 2 else 75.0 if i < 4 else 50.0)
+    doc = b.run()
+    assert doc["result"] == "no single step" and "differs from both ends" in doc["text"]
+    assert json.loads((b.dir / "bisect.json").read_text())["result"] == "no single step"
+
+
+def test_a_failed_step_keeps_the_trace(history, tmp_path, monkeypatch):
+    """A probe's workflow that fails is recorded and skipped; the trace is on disk after every
+    step; ends that fail end the run as failed, their trace written (main's exit 1)."""
+    repo, shas = history
+    b, config = bisection(repo, shas, tmp_path, monkeypatch)
+    seen = []
+    measured = walker(b, config, shas, lambda i: 100.0 if i < 4 else 50.0, raises={2})
+    inner = b.measure
+
+    def spy(label, commits):
+        if (b.dir / "bisect.json").exists():
+            seen.append(json.loads((b.dir / "bisect.json").read_text())["steps"][-1]["label"])
+        return inner(label, commits)
+
+    b.measure = spy
+    doc = b.run()
+    assert doc["result"] == "step" and doc["first_bad"] == shas[4]
+    (failed,) = [s for s in doc["steps"] if s.get("failed")]
+    assert failed["index"] == 2 and "the workflow failed" in failed["failed"]
+    assert seen[:2] == ["ends", measured[1]]  # each step's trace was written before the next
+    b2, config = bisection(repo, shas, tmp_path / "again", monkeypatch)
+    walker(b2, config, shas, lambda i: 100.0, raises={0})
+    doc2 = b2.run()
+    assert doc2["result"] == "failed"
+    assert json.loads((b2.dir / "bisect.json").read_text())["steps"][0]["failed"]
+
+
+def test_a_good_commit_on_a_merged_branch_is_refused(history, tmp_path):
+    repo, shas = history
+    side = git("rev-parse", "side", cwd=repo)
+    mirror = bisect.mirror(str(repo), tmp_path / "res")
+    with pytest.raises(LadderError, match=(
+            f"--good {side[:8]} is an ancestor of --bad main but not on its first-parent "
+            f"path: it came in with the merge {shas[-1][:12]} \"merge side\".*the merge's "
+            f"first parent is {shas[4][:12]}.*--bad {side[:12]}")):
+        bisect.commits_between(mirror, side[:8], "main")
+
+
+def test_a_step_at_a_merge_names_the_branch_it_merged(history, tmp_path, monkeypatch):
+    repo, shas = history
+    side = git("rev-parse", "side", cwd=repo)
+    b, config = bisection(repo, shas, tmp_path, monkeypatch)
+    walker(b, config, shas, lambda i: 100.0 if i < 5 else 50.0)
+    doc = b.run()
+    assert doc["first_bad"] == shas[5] and doc["merged_branch"]["second_parent"] == side
+    assert (f"the step is inside the branch it merged (second parent {side[:12]}); bisect "
+            f"that branch with --good {shas[2][:12]} --bad {side[:12]}") in doc["text"]
+
+
+def test_probes_come_from_the_mirror_and_offline_touches_no_network(history, tmp_path,
+                                                                     monkeypatch):
+    repo, shas = history
+    b, _ = bisection(repo, shas, tmp_path, monkeypatch)
+    assert b.rung(b.commits[2])["source"]["url"] == str(b.repo)
+    moved = repo.rename(repo.with_name("gone"))  # the "remote" is unreachable now
+    with pytest.raises(LadderError, match="git remote update"):
+        bisect.mirror(str(repo), tmp_path / "res")
+    off, _ = bisection(repo, shas, tmp_path, monkeypatch, offline=True)
+    assert off.repo == b.repo and [c.sha for c in off.commits] == shas
+    with pytest.raises(LadderError, match="--offline: no mirror of"):
+        bisect.mirror(str(moved), tmp_path / "elsewhere", offline=True)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -75,9 +76,16 @@ def _git(repo: Path | None, *args: str) -> str:
     return res.stdout.strip()
 
 
-def mirror(url: str, resources: Path) -> Path:
-    """A bare mirror of ``url`` under the resources dir (fetched again on every bisection)."""
+def mirror(url: str, resources: Path, offline: bool = False) -> Path:
+    """A bare mirror of ``url`` under the resources dir: fetched again once per bisection (the
+    only time it touches the network; every probe's source is then fetched from the mirror),
+    or, ``offline``, used as it is."""
     dest = resources / "bisect" / "repos" / (hashlib.sha256(url.encode()).hexdigest()[:16] + ".git")
+    if offline:
+        if not dest.is_dir():
+            raise LadderError(f"--offline: no mirror of {url} yet (expected {dest}); run once "
+                              "without --offline")
+        return dest
     if dest.is_dir():
         _git(dest, "remote", "update", "--prune")
     else:
@@ -87,7 +95,9 @@ def mirror(url: str, resources: Path) -> Path:
 
 
 def commits_between(repo: Path, good: str, bad: str) -> list[Commit]:
-    """The good commit, then every commit on the first-parent path up to the bad one."""
+    """The good commit, then every commit on the first-parent path up to the bad one. The good
+    commit must be on bad's first-parent path (a commit of a merged branch is not: its probes
+    would not contain it); the merge that brought it in is named."""
     ends = []
     for flag, ref in (("--good", good), ("--bad", bad)):
         try:
@@ -101,12 +111,49 @@ def commits_between(repo: Path, good: str, bad: str) -> list[Commit]:
                          capture_output=True, check=False)
     if res.returncode != 0:
         raise LadderError(f"--good {good} is not an ancestor of --bad {bad}: nothing to bisect")
+    chain = _git(repo, "rev-list", "--first-parent", b).split()
+    if g not in chain:
+        merge = next(c for c in reversed(chain) if _is_ancestor(repo, g, c))
+        first, second = (_git(repo, "rev-parse", f"{merge}^{n}") for n in (1, 2))
+        raise LadderError(
+            f"--good {good} is an ancestor of --bad {bad} but not on its first-parent path: it "
+            f"came in with the merge {merge[:12]} \"{_subject(repo, merge)}\"; give a --good "
+            f"on the first-parent path (the merge's first parent is {first[:12]}), or bisect "
+            f"the merged branch itself (--bad {second[:12]})")
     out = _git(repo, "log", "--first-parent", "--reverse", "--format=%H %s", f"{g}..{b}")
     path = [Commit(*line.split(" ", 1)) if " " in line else Commit(line, "")
             for line in out.splitlines()]
-    if not path or path[-1].sha != b:
-        raise LadderError(f"--bad {bad} is not on the first-parent path from --good {good}")
-    return [Commit(g, _git(repo, "log", "-1", "--format=%s", g)), *path]
+    return [Commit(g, _subject(repo, g)), *path]
+
+
+def _is_ancestor(repo: Path, a: str, b: str) -> bool:
+    return subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", a, b],
+                          capture_output=True, check=False).returncode == 0
+
+
+def _subject(repo: Path, sha: str) -> str:
+    return _git(repo, "log", "-1", "--format=%s", sha)
+
+
+def merged_branch(repo: Path, sha: str) -> dict[str, str] | None:
+    """When ``sha`` is a merge commit: the branch it merged (its second parent, and where that
+    branch left the first-parent line), to bisect inside it; else None."""
+    parents = _git(repo, "log", "-1", "--format=%P", sha).split()
+    if len(parents) < 2:
+        return None
+    base = _git(repo, "merge-base", parents[0], parents[1])
+    return {"merge": sha, "second_parent": parents[1], "merge_base": base}
+
+
+def next_probe(lo: int, hi: int, skipped: set[int]) -> int | None:
+    """The probe between ``lo`` and ``hi`` nearest the middle that was not skipped (as git
+    bisect skip tries a neighbour), the lower one first on a tie; None when none is left."""
+    mid = (lo + hi) // 2
+    for d in range(hi - lo):
+        for i in (mid - d, mid + d) if d else (mid,):
+            if lo < i < hi and i not in skipped:
+                return i
+    return None
 
 
 def probe_rung(template: Mapping[str, Any], commit: Commit, url: str,
@@ -196,7 +243,7 @@ class Bisection:
                               f"({', '.join(w for w, s in workloads.items() if s)})")
         res = Path(config["resources_dir"])
         self.resources = (res if res.is_absolute() else workdir / res).resolve()
-        self.repo = mirror(args.repo, self.resources)
+        self.repo = mirror(args.repo, self.resources, bool(getattr(args, "offline", False)))
         self.commits = commits_between(self.repo, args.good, args.bad)
         ident = json.dumps([args.repo, args.subdirectory, self.commits[0].sha,
                             self.commits[-1].sha, self.template, args.quant, args.workload,
@@ -206,7 +253,8 @@ class Bisection:
         self.steps: list[dict[str, Any]] = []
 
     def rung(self, c: Commit) -> dict[str, Any]:
-        return probe_rung(self.template, c, self.args.repo, self.args.subdirectory)
+        # every probe's source from the local mirror: the network was touched once, by mirror()
+        return probe_rung(self.template, c, str(self.repo), self.args.subdirectory)
 
     def measure(self, label: str, commits: Sequence[Commit]) -> dict[str, Any]:
         """One step: its own Snakemake run of the workflow, the cell judged."""
@@ -259,63 +307,115 @@ class Bisection:
                             "ccache_hits": hits, "ccache_misses": misses})
         return out
 
+    def step(self, label: str, commits: Sequence[Commit]) -> dict[str, Any]:
+        """``measure``, a failed workflow kept as the step's record (never lost with it)."""
+        try:
+            return self.measure(label, commits)
+        except LadderError as exc:
+            return {"label": label, "commits": [c.sha for c in commits], "wall_s": None,
+                    "builds": [], "failed": str(exc),
+                    "not_measured": {"workflow": f"failed: {exc}"}}
+
+    def save(self, doc: Mapping[str, Any]) -> None:
+        """The trace so far (bisect.json and bisect.md), after every step."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(str(self.dir / "bisect.json"), doc)
+        atomic_write_text(str(self.dir / "bisect.md"), render(doc))
+
     def run(self) -> dict[str, Any]:
+        """The ends, then the walk: a probe that is not measured (no build, a crash, a failed
+        workflow) or cannot be placed is skipped and its nearest neighbour in the bracket
+        tried; the trace is written after every step."""
         cs = self.commits
         good, bad = cs[0], cs[-1]
-        ends = self.measure("ends", [good, bad])
-        self.steps.append(ends)
         doc: dict[str, Any] = {
             "format": FORMAT, "id": self.id, "repo": self.args.repo,
             "cell": {"rung": self.args.rung, "quant": self.args.quant,
                      "workload": self.args.workload, "threads": self.args.threads},
             "commits": [{"sha": c.sha, "subject": c.subject} for c in cs],
-            "good": good.sha, "bad": bad.sha, "ends": None, "steps": self.steps}
+            "good": good.sha, "bad": bad.sha, "ends": None, "steps": self.steps,
+            "skipped": [], "result": "running", "text": "the walk is under way"}
+        ends = self.step("ends", [good, bad])
+        self.steps.append(ends)
         if ends["not_measured"]:
-            doc.update(result="not measured", text=f"the ends were not both measured: "
-                                                    f"{failed_text(ends['not_measured'])}")
+            doc.update(result="failed" if ends.get("failed") else "not measured",
+                       text=f"the ends were not both measured: "
+                            f"{failed_text(ends['not_measured'])}")
+            self.save(doc)
             return doc
         step = brief(comparison(ends["cell_summary"], good.name, bad.name))
         ends["bad_vs_good"] = doc["ends"] = step
         if step["call"] not in stats.CALLS:
             doc.update(result="no step", text=f"no step between the ends: {step['text']}")
+            self.save(doc)
             return doc
+        probes = max(1, math.ceil(math.log2(len(cs) - 1))) if len(cs) > 2 else 0
+        doc["expected"] = {"probes": probes, "step_wall_s": ends["wall_s"],
+                           "wall_s": round(probes * float(ends["wall_s"] or 0), 1)}
+        print(f"ladder bisect: {len(cs) - 2} commits between the ends: about {probes} probes, "
+              f"each a step like the ends' ({ends['wall_s']} s): about "
+              f"{probes * float(ends['wall_s'] or 0) / 60:.1f} min, more for each skipped one",
+              file=sys.stderr, flush=True)
+        self.save(doc)
         direction = step["call"]
         lo, hi = 0, len(cs) - 1
+        skipped: set[int] = set()
         far: dict[str, Any] = {"commit": bad.sha, "vs_good": step, "measured_in": "ends"}
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
+        while (mid := next_probe(lo, hi, skipped)) is not None:
             p = cs[mid]
-            s = self.measure(f"probe-{mid:03d}-{p.sha[:10]}", [good, p, bad])
-            if s["not_measured"]:  # a probe that does not build or crashes: named, not guessed
-                self.steps.append({**s, "probe": p.sha, "index": mid, "side": "not measured"})
-                doc.update(result="not measured", bracket=[cs[lo].sha, cs[hi].sha],
-                           text=f"stopped at {p.sha[:10]}: {failed_text(s['not_measured'])}")
-                return doc
+            s = self.step(f"probe-{mid:03d}-{p.sha[:10]}", [good, p, bad])
+            s.update(probe=p.sha, index=mid)
+            self.steps.append(s)
+            if s["not_measured"]:  # no build, a crash, a failed workflow: skipped, as git does
+                s["side"] = f"skipped (not measured: {failed_text(s['not_measured'])})"
+                skipped.add(mid)
+                doc["skipped"].append({"commit": p.sha, "why": s["side"]})
+                self.save(doc)
+                continue
             vs_good = brief(comparison(s["cell_summary"], good.name, p.name))
             to_bad = brief(comparison(s["cell_summary"], p.name, bad.name))
             side = place(vs_good, to_bad, direction)
-            s.update(probe=p.sha, index=mid, vs_good=vs_good, bad_vs_probe=to_bad, side=side)
-            self.steps.append(s)
+            s.update(vs_good=vs_good, bad_vs_probe=to_bad, side=side)
             if side == "good side":
                 lo = mid
             elif side == "bad side":
                 hi = mid
                 far = {"commit": p.sha, "vs_good": vs_good, "measured_in": s["label"]}
+            elif side == "unplaced":  # neither difference called: skipped, a neighbour tried
+                s["side"] = "skipped (unplaced: neither difference called at these rounds)"
+                skipped.add(mid)
+                doc["skipped"].append({"commit": p.sha, "why": s["side"]})
             else:
-                why = ("the change is spread: this probe differs from both ends"
-                       if side == "between" else
-                       "this probe could not be placed at these rounds: neither difference "
-                       "was called")
                 doc.update(result="no single step", bracket=[cs[lo].sha, cs[hi].sha],
-                           text=f"no single step: {why} ({p.sha[:10]}: over good "
-                                f"{vs_good['text']}; bad over it {to_bad['text']})")
+                           text=f"no single step: the change is spread: this probe differs "
+                                f"from both ends ({p.sha[:10]}: over good {vs_good['text']}; "
+                                f"bad over it {to_bad['text']})")
+                self.save(doc)
                 return doc
+            self.save(doc)
+        doc["bracket"] = [cs[lo].sha, cs[hi].sha]
+        inside = cs[lo + 1:hi]
+        if inside:  # every commit between the last good and the first bad probe was skipped
+            doc.update(result="among skipped", candidates=[c.sha for c in [*inside, cs[hi]]],
+                       text=f"the first bad commit is one of {', '.join(c.sha[:10] for c in [*inside, cs[hi]])}"
+                            f" (the skipped commits leave it uncertain): {cs[lo].sha[:12]} is on "
+                            f"the good side, {cs[hi].sha[:12]} on the bad side")
+            self.save(doc)
+            return doc
         c = cs[hi]
         doc.update(result="step", first_bad=c.sha, first_bad_subject=c.subject,
                    last_good=cs[lo].sha, far_side=far,
                    text=f"first commit on the far side: {c.sha[:12]} \"{c.subject}\" "
                         f"({far['vs_good']['text']} over the good end, measured in "
                         f"{far['measured_in']}); the last on the good side: {cs[lo].sha[:12]}")
+        merged = merged_branch(self.repo, c.sha)
+        if merged:
+            doc["merged_branch"] = merged
+            doc["text"] += (f". It is a merge commit: the step is inside the branch it merged "
+                            f"(second parent {merged['second_parent'][:12]}); bisect that branch "
+                            f"with --good {merged['merge_base'][:12]} --bad "
+                            f"{merged['second_parent'][:12]}")
+        self.save(doc)
         return doc
 
 
@@ -345,17 +445,24 @@ def render(doc: Mapping[str, Any]) -> str:
     for s in doc["steps"]:
         if s["label"] == "ends":
             lines.append(f"| ends | {doc['bad'][:10]} | {subjects[doc['bad']][:40]} | "
-                         f"{ratio(ends)} | {call(ends)} | - | - | {s['wall_s']} |")
+                         f"{ratio(ends)} | {call(ends)} | - | "
+                         f"{'failed: ' + s['failed'] if s.get('failed') else '-'} | "
+                         f"{'-' if s.get('wall_s') is None else s['wall_s']} |")
             continue
         lines.append(f"| {s['label']} | {s['probe'][:10]} | {subjects[s['probe']][:40]} | "
                      f"{ratio(s.get('vs_good'))} | {call(s.get('vs_good'))} | "
-                     f"{call(s.get('bad_vs_probe'))} | {s['side']} | {s['wall_s']} |")
+                     f"{call(s.get('bad_vs_probe'))} | {s.get('side', '-')} | "
+                     f"{'-' if s.get('wall_s') is None else s['wall_s']} |")
     builds = [b for s in doc["steps"] for b in s.get("builds") or []]
     seen: dict[str, Mapping[str, Any]] = {}
     for b in builds:
         seen.setdefault(str(b["build_key"]), b)
-    lines += ["", f"**{doc['result']}**: {doc['text']}", "",
-              f"{len(doc['steps'])} cells measured; {len(seen)} builds, "
+    skipped = doc.get("skipped") or []
+    lines += ["", f"**{doc['result']}**: {doc['text']}", ""]
+    if skipped:
+        lines += [f"Skipped ({len(skipped)}): " + "; ".join(
+            f"{k['commit'][:10]} {k['why']}" for k in skipped), ""]
+    lines += [f"{len(doc['steps'])} steps; {len(seen)} builds, "
               f"{sum(float(b.get('build_wall_s') or 0) for b in seen.values()):.0f} s of "
               f"compiling ({sum(int(b['ccache_misses']) for b in seen.values())} compiler-cache "
               f"misses, {sum(int(b['ccache_hits']) for b in seen.values())} hits); each step's "
@@ -377,6 +484,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--configfile", nargs="+", action="extend", default=[])
     ap.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE")
     ap.add_argument("--cores", default="all")
+    ap.add_argument("--offline", action="store_true",
+                    help="touch no network: use the mirror an earlier bisection left")
     args = ap.parse_args(argv)
     workdir = Path(args.directory).resolve()
     try:
@@ -392,12 +501,8 @@ def main(argv: list[str] | None = None) -> int:
     except LadderError as exc:
         print(f"ladder bisect: {exc}", file=sys.stderr)
         return 1
-    b.dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(str(b.dir / "bisect.json"), doc)
-    text = render(doc)
-    atomic_write_text(str(b.dir / "bisect.md"), text)
-    print(text)
-    return 0
+    print(render(doc))  # written after every step (Bisection.save)
+    return 1 if doc["result"] == "failed" else 0
 
 
 if __name__ == "__main__":
