@@ -341,3 +341,20 @@ def test_probes_come_from_the_mirror_and_offline_touches_no_network(history, tmp
     assert off.repo == b.repo and [c.sha for c in off.commits] == shas
     with pytest.raises(LadderError, match="--offline: no mirror of"):
         bisect.mirror(str(moved), tmp_path / "elsewhere", offline=True)
+
+
+def test_the_expected_cost_says_when_a_steps_rounds_cannot_place_a_probe(monkeypatch):
+    """A 6 % step at 8 % noise per run: the ends' cell calls it, but placing a probe (the same
+    difference, against one end) needs more rounds than a step measures: said, with the
+    rounds that would do."""
+    monkeypatch.chdir(ROOT)
+    config = load_config([str(ROOT / "tests" / "configs" / "e2e.yaml")])
+    names = ["c_good", "c_bad"]
+    doc = cell_doc({"c_good": 100.0, "c_bad": 94.0, "control": 100.0}, rounds=8, seed=4,
+                   noise={n: 0.08 for n in ("c_good", "c_bad", "control")})
+    cell = bisect.judge(doc, names, config)
+    step = bisect.brief(bisect.comparison(cell, "c_good", "c_bad"))
+    out = bisect.expected_cost(9, {"wall_s": 120.0, "cell_summary": cell}, step)
+    assert out["probes"] == 3 and out["wall_s"] == 360.0
+    assert out["rounds_to_place"] > out["step_rounds"] == 8
+    assert "probes may be left unplaced (skipped); --config measure.rounds=" in out["text"]

@@ -51,6 +51,7 @@ from ladder.core.errors import LadderError
 from ladder.preparing.build import ccache_hits
 from ladder.core.io import atomic_write_json, atomic_write_text, read_json
 from ladder.core.machine import host_arch
+from ladder.planning import protocol
 from ladder.planning.targets import load_config
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -349,13 +350,8 @@ class Bisection:
             doc.update(result="no step", text=f"no step between the ends: {step['text']}")
             self.save(doc)
             return doc
-        probes = max(1, math.ceil(math.log2(len(cs) - 1))) if len(cs) > 2 else 0
-        doc["expected"] = {"probes": probes, "step_wall_s": ends["wall_s"],
-                           "wall_s": round(probes * float(ends["wall_s"] or 0), 1)}
-        print(f"ladder bisect: {len(cs) - 2} commits between the ends: about {probes} probes, "
-              f"each a step like the ends' ({ends['wall_s']} s): about "
-              f"{probes * float(ends['wall_s'] or 0) / 60:.1f} min, more for each skipped one",
-              file=sys.stderr, flush=True)
+        doc["expected"] = expected_cost(len(cs), ends, step)
+        print(f"ladder bisect: {doc['expected']['text']}", file=sys.stderr, flush=True)
         self.save(doc)
         direction = step["call"]
         lo, hi = 0, len(cs) - 1
@@ -417,6 +413,45 @@ class Bisection:
                             f"{merged['second_parent'][:12]}")
         self.save(doc)
         return doc
+
+
+def expected_cost(n_commits: int, ends: Mapping[str, Any], step: Mapping[str, Any]
+                  ) -> dict[str, Any]:
+    """Before walking: about log2(commits between the ends) probes, each a step like the ends'
+    (wall time); and whether a step's rounds place a probe. A probe is placed when it differs
+    from one end by the ends' step: at the ends' A/A noise (its per-round SD), the rounds that
+    call a difference of that size with 80 % power (``protocol.rounds_for``)."""
+    probes = max(1, math.ceil(math.log2(n_commits - 1))) if n_commits > 2 else 0
+    wall = float(ends.get("wall_s") or 0)
+    out: dict[str, Any] = {"probes": probes, "step_wall_s": ends.get("wall_s"),
+                           "wall_s": round(probes * wall, 1)}
+    text = (f"{n_commits - 2} commits between the ends: about {probes} probes, each a step like "
+            f"the ends' ({wall:.0f} s): about {probes * wall / 60:.1f} min, more for each "
+            "skipped one")
+    cell = ends.get("cell_summary") or {}
+    aa = (cell.get("noise_floor") or {}).get("aa") or {}
+    sd, rounds = aa.get("sd_per_round"), aa.get("rounds")
+    threshold = (cell.get("noise_floor") or {}).get("threshold")
+    if sd and rounds and threshold is not None and step.get("estimate"):
+        effect = abs(step["estimate"] - 1)
+        need, capped = protocol.rounds_for(float(sd), effect, float(threshold), 3, 200)
+        out.update(step_effect=effect, aa_sd=sd, step_rounds=rounds,
+                   rounds_to_place=None if capped else need)
+        if capped:
+            text += (f"; placing a probe needs a {effect * 100:.1f} % difference called, which "
+                     f"at this noise (A/A SD {sd * 100:.1f} % per round) takes more than 200 "
+                     "rounds: the walk is unlikely to resolve")
+        elif need > rounds:
+            text += (f"; placing a probe needs a {effect * 100:.1f} % difference called: at this "
+                     f"noise (A/A SD {sd * 100:.1f} % per round) about {need} rounds for 80 % "
+                     f"power, and a step measures {rounds}: probes may be left unplaced "
+                     f"(skipped); --config measure.rounds={need} (with rounds_from_noise off) "
+                     "would place them")
+        else:
+            text += (f"; a step's {rounds} rounds call the {effect * 100:.1f} % step with 80 % "
+                     f"power ({need} would do)")
+    out["text"] = text
+    return out
 
 
 def failed_text(broken: Mapping[str, Any]) -> str:
