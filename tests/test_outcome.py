@@ -229,3 +229,17 @@ def test_a_source_fetch_that_failed_once_leaves_no_record(tmp_path):
     made.rename(later)
     source.fetch(cfg, out.parent, tmp_path / "downloads", out)
     assert json.loads(out.read_text())["upstream_commit"] == head
+
+
+def test_the_report_says_which_measuring_failures_are_kept():
+    build = {"status": "ok", "log": "b.log"}
+    cell = {"quant": "q4_0", "workload": "pp64", "threads": 2, "workload_spec":
+            {"n_prompt": 64, "n_gen": 0}, "rung_status": {"amx": {
+                "status": "crashed", "reason": "SIGILL in tinygemm_kernel_amx", "raw": "r"}}}
+    st = rung_status({"name": "amx"}, build, [], [cell])
+    assert st["outcome"] == "fact" and st["retry"] == \
+        "./ladder run --forcerun $(./ladder paths measure amx)"
+    cell["rung_status"]["amx"]["reason"] = "killed by SIGKILL"
+    st = rung_status({"name": "amx"}, build, [], [cell])
+    assert st["outcome"] == "moment" and "measured again on the next run" in st["kept"]
+    assert outcome.of_reason("timed out after 600 s") and not outcome.of_reason("SIGSEGV")

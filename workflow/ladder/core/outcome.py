@@ -95,6 +95,16 @@ def of_exit(returncode: int, timed_out: bool, output: str = "") -> str | None:
     return None
 
 
+MOMENT_REASON = re.compile(r"timed out|killed by SIG(?:KILL|TERM|INT|HUP)\b|" + OUTSIDE_TEXT.pattern,
+                           re.I)
+
+
+def of_reason(reason: str | None) -> bool:
+    """Whether a recorded failure's reason (``run.RunResult.failure``, a build's) names a
+    failure of the moment."""
+    return bool(reason and MOMENT_REASON.search(reason))
+
+
 def sidecar(output: str | os.PathLike[str]) -> Path:
     return Path(str(output) + SUFFIX)
 

@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 
 from ladder.reporting import sections
 from ladder.analysis import stats, wording
+from ladder.core import outcome
 from ladder.core.errors import LadderError
 from ladder.core.io import atomic_write_json, load_each, load_first, read_json
 from ladder.measuring.dispatch import CREDITED, workload_phase
@@ -53,10 +54,17 @@ def rung_status(plan_rung: Mapping[str, Any], build: Mapping[str, Any] | None,
                              "quant": cell["quant"]})
     if problems:
         more = f"; {len(problems) - 1} more" if len(problems) > 1 else ""
-        return {"status": problems[0]["status"], "reason": problems[0]["reason"] + more,
-                "log": problems[0]["log"], "measured_in": measured,
-                "crashed_in": sorted({p["phase"] for p in problems if p["phase"]}),
-                "problems": problems}
+        first = {"status": problems[0]["status"], "reason": problems[0]["reason"] + more,
+                 "log": problems[0]["log"], "measured_in": measured,
+                 "crashed_in": sorted({p["phase"] for p in problems if p["phase"]}),
+                 "problems": problems}
+        if outcome.of_reason(problems[0]["reason"]):  # killed from outside, timed out
+            return {**first, "outcome": "moment",
+                    "kept": "a failure of the moment: measured again on the next run"}
+        # the binary's own crash or failure is a finding, kept
+        retry = f"./ladder run --forcerun $(./ladder paths measure {name})"
+        return {**first, "outcome": "fact", "retry": retry,
+                "kept": f"the binary's own failure, kept: not re-tried; to re-try: `{retry}`"}
     return {"status": "ok", "reason": None, "log": build.get("log"), "measured_in": measured}
 
 
