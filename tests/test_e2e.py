@@ -352,7 +352,8 @@ def test_a_rung_carries_patches(run_dir, tmp_path):
 
 def slow_history(tmp_path: Path) -> Path:
     """A local git repository (a stand-in for the git path): the default source's tree, then a
-    README line, then the commit that really slows a kernel path (every mul_mat chunk's dot
+    README line, a commit that does not compile (a syntax error in ggml-cpu.c) and the one that
+    fixes it, then the commit that really slows a kernel path (every mul_mat chunk's dot
     products computed three times: the floor's path), then a note in the docs."""
     base = next(Path(d["root"]) for d in (json.loads(p.read_text()) for p in
                                           (shared_resources() / "sources").glob("*/source.json"))
@@ -373,9 +374,13 @@ def slow_history(tmp_path: Path) -> Path:
         f.write("a line\n")
     commit("docs: a line in the README")
     mm = repo / "ggml" / "src" / "ggml-cpu" / "ggml-cpu.c"
+    text = mm.read_text()
+    mm.write_text(text + "\nthis does not compile\n")
+    commit("ggml-cpu: a commit that does not build")
+    mm.write_text(text)
+    commit("ggml-cpu: build again")
     loop = ("                for (int64_t ir0 = iir0; ir0 < iir0 + blck_0 && ir0 < ir0_end; "
             "ir0 += num_rows_per_vec_dot) {\n                    vec_dot(")
-    text = mm.read_text()
     assert text.count(loop) == 1
     mm.write_text(text.replace(loop, "                for (int rep = 0; rep < 3; ++rep)\n"
                                      + loop))
@@ -387,44 +392,51 @@ def slow_history(tmp_path: Path) -> Path:
 
 
 def test_bisect_finds_the_slow_commit(run_dir, tmp_path):
-    """Issue 41, item 5: ``ladder bisect`` over a 4-commit history on the floor's recipe, one
-    cell (Q4_0 pp16 at 2 threads): the ends, then two probes, each built (ccache compiles only
-    what the commit changed) and measured interleaved with both ends, placed by the ladder's
-    own verdicts; the slow commit is named with its interval. Run again, nothing is built or
-    measured: every step is content-addressed."""
+    """Issue 41, item 5, and issue 61: ``ladder bisect`` over a 6-commit history on the floor's
+    recipe, one cell (Q4_0 pp16 at 2 threads): the ends, then the probes, each built (ccache
+    compiles only what the commit changed) and measured interleaved with both ends, placed by
+    the ladder's own verdicts. The first probe does not build: it is skipped (named) and its
+    neighbour tried, as git bisect skip does; the slow commit is still named with its
+    interval. Run again, nothing is built or measured: every step is content-addressed, the
+    failed build a fact kept."""
     repo = slow_history(tmp_path)
     shas = subprocess.run(["git", "rev-list", "--reverse", "HEAD"], cwd=repo, check=True,
                           capture_output=True, text=True).stdout.split()
     rounds = tmp_path / "rounds.yaml"  # a 3x step, called at 4 rounds
     rounds.write_text("measure: {rounds: 4, repetitions: 1, rounds_from_noise: {enabled: false}}\n")
-    argv = [sys.executable, "-m", "ladder.reporting.bisect", "--repo", str(repo), "--good", "HEAD~3",
+    argv = [sys.executable, "-m", "ladder.reporting.bisect", "--repo", str(repo), "--good", "HEAD~5",
             "--bad", "HEAD", "--rung", "floor", "--quant", "Q4_0", "--workload", "pp16",
             "--threads", "2", "-d", str(tmp_path / "work"), "--configfile", str(E2E_CONFIG),
             str(rounds), "--config", f"resources_dir={shared_resources()}"]
-    res = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=2400)
     assert res.returncode == 0, res.stderr[-4000:]
     [found] = (tmp_path / "work" / "bisect").glob("*/bisect.json")
     doc = json.loads(found.read_text())
-    assert [s["label"][:9] for s in doc["steps"]] == ["ends", "probe-001", "probe-002"]
+    assert [s["label"][:9] for s in doc["steps"]] == ["ends", "probe-002", "probe-001",
+                                                      "probe-003", "probe-004"]
     # called slower with the whole interval beyond the prefill threshold (5 %)
     assert doc["ends"]["call"] == "slower" and doc["ends"]["hi"] < 1 / 1.05, doc["ends"]
-    assert [s.get("side") for s in doc["steps"]] == [None, "good side", "bad side"], \
+    assert doc["steps"][1]["side"].startswith("skipped (not measured: ")
+    assert [k["commit"] for k in doc["skipped"]] == [shas[2]]
+    assert [s.get("side") for s in doc["steps"][2:]] == ["good side", "good side", "bad side"], \
         [s.get("vs_good", {}).get("text") for s in doc["steps"]]
-    assert doc["result"] == "step" and doc["first_bad"] == shas[2], doc["text"]
+    assert doc["result"] == "step" and doc["first_bad"] == shas[4], doc["text"]
     assert doc["far_side"]["vs_good"]["call"] == "slower"
-    assert f"first commit on the far side: {shas[2][:12]}" in res.stdout
-    # each probe's build compiled only what its commit changed
+    assert f"first commit on the far side: {shas[4][:12]}" in res.stdout
+    assert "Skipped (1): " in res.stdout and "about 3 probes" in res.stderr
+    # each probe's build compiled only what its commit changed; the broken one failed, kept
     builds = {b["build_key"]: b for s in doc["steps"] for b in s["builds"]}
-    assert len(builds) == 4
+    assert len(builds) == 6
+    assert [b["status"] for b in builds.values()].count("failed") == 1
     later = [b for b in builds.values() if b["ccache_hits"]]
-    assert len(later) >= 3 and all(b["ccache_misses"] < 30 for b in later), builds
+    assert len(later) >= 4 and all(b["ccache_misses"] < 30 for b in later), builds
     # again: every step's workflow has nothing to do, the same commit is named
     again = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     for step in found.parent.iterdir():
         if step.is_dir():
             assert "Nothing to be done" in (step / "snakemake.log").read_text(), step
-    assert json.loads(found.read_text())["first_bad"] == shas[2]
+    assert json.loads(found.read_text())["first_bad"] == shas[4]
 
 
 def rule_counts(out: str) -> dict[str, int]:

@@ -551,8 +551,8 @@ def test_the_runs_dependence_is_measured_on_its_aa_pairs():
         docs = [_regime_cell(rng, n=24, sd=0.02, logs=_ar1(rng, 24, rho, 0.08))
                 for _ in range(12)]
         dep = stats.run_dependence(docs, "control", "a")
-        assert dep["measured"] and dep["cells"] == 12 and dep["pairs"] == 12 * 20
-        est[rho] = dep
+        assert dep["measured"] and dep["cells"] == 12 and dep["pairs"] == 12 * 23  # every round
+        est[rho] = dep = dep["by_phase"]["prefill"]  # every cell here is prefill (pp128)
         assert dep["ci"][0] < rho < dep["ci"][1], (rho, dep)
     # AR(1) at 0.3: the variance of a mean is (1 + ρ)/(1 - ρ) = 1.86 times sd²/n
     assert 1.4 < est[0.3]["factor"] < 2.4 and est[0.0]["factor"] < 1.4, est
@@ -560,6 +560,65 @@ def test_the_runs_dependence_is_measured_on_its_aa_pairs():
     few = stats.run_dependence(docs[:1], "control", "a")
     assert not few["measured"] and "too few" in few["text"]
     assert few["factor"] == pytest.approx(stats.dependence_factor(stats.ASSUMED_RHO))
+
+
+def test_the_dependence_is_each_phases_own():
+    """Issue 56, item 4: prefill cells with AR(1) 0.3 rounds, decode cells with independent
+    ones: each phase's cells take their own factor (one run-level factor, dominated by the
+    prefill cells, widened decode too); a summary without a phase takes the larger."""
+    rng = np.random.default_rng(11)
+    pre = [_regime_cell(rng, n=24, sd=0.02, logs=_ar1(rng, 24, 0.3, 0.08)) for _ in range(12)]
+    dec = []
+    for _ in range(12):
+        d = _regime_cell(rng, n=24, sd=0.02, logs=_ar1(rng, 24, 0.0, 0.08))
+        d.update(workload="tg64", workload_spec={"n_prompt": 0, "n_gen": 64})
+        dec.append(d)
+    dep = stats.run_dependence(pre + dec, "control", "a")
+    f_pre, f_dec = (dep["by_phase"][p]["factor"] for p in ("prefill", "decode"))
+    assert f_pre > 1.4 and f_dec < 1.3 and dep["factor"] == f_pre
+    assert "Prefill: " in dep["text"] and "Decode: " in dep["text"] and "takes the larger" in dep["text"]
+    cfg = stats.with_dependence({"confidence": 0.95, "threshold": {"prefill": 0.05, "decode": 0.03},
+                                 "bootstrap_resamples": 200, "seed": 1}, dep)
+    assert cfg["dependence_by_phase"] == {"decode": f_dec, "prefill": f_pre}
+    one = stats.summarize(dec[0], ["floor", "a", "b"], "control", "a", cfg)
+    alone = stats.summarize_cell(dec[0], ["floor", "a", "b"], "control", "a", resamples=200,
+                                 seed=1, thresholds={"prefill": 0.05, "decode": 0.03},
+                                 factor=f_dec)
+    assert one["steps"][0]["ratio"] == alone["steps"][0]["ratio"]
+
+
+def test_the_aa_checks_are_one_family():
+    """Issue 56, item 4: six honest cells whose checks each stand at 5 % fail one in 26 % of
+    runs; as one Benjamini-Hochberg family, about 5 %. A cell with a real label bias still
+    fails, and its comparisons are judged as a failed check's (gross steps only)."""
+    rng = np.random.default_rng(5)
+    runs, alone, family = 300, 0, 0
+    for _ in range(runs):
+        cells = [stats.summarize_cell(_regime_cell(rng, n=12, sd=0.1), ["floor", "a", "b"],
+                                      "control", "a") for _ in range(6)]
+        alone += any(c["noise_floor"]["control_check"]["passed"] is False for c in cells)
+        stats.aa_family(cells)
+        family += any(c["noise_floor"]["control_check"]["passed"] is False for c in cells)
+    assert alone / runs > 0.15 and family / runs < 0.08, (alone / runs, family / runs)
+    biased = _regime_cell(rng, n=12, sd=0.02, logs=np.full(12, math.log(1.2)))
+    cells = [stats.summarize_cell(_regime_cell(rng, n=12, sd=0.02), ["floor", "a", "b"],
+                                  "control", "a") for _ in range(5)]
+    cells.append(stats.summarize_cell(biased, ["floor", "a", "b"], "control", "a"))
+    did = stats.aa_family(cells)
+    assert did["checks"] == 6 and did["failed"] == 1 and "one Benjamini-Hochberg family" in did["text"]
+    assert cells[-1]["noise_floor"]["control_check"]["passed"] is False
+    assert all(c["control_failed"] for c in cells[-1]["steps"])
+
+
+def test_the_aa_check_reads_every_round_the_calls_rest_on():
+    """Issue 56, item 4: the control off by 15 % only while the floor runs (its first 4
+    rounds): the floor's steps rest on those rounds, so the check reads them and fails."""
+    rng = np.random.default_rng(2)
+    logs = np.where(np.arange(16) < 4, math.log(1.15), 0.0)
+    doc = _regime_cell(rng, n=16, retire_after=4, sd=0.01, logs=logs)
+    cell = stats.summarize_cell(doc, ["floor", "a", "b"], "control", "a")
+    assert cell["noise_floor"]["control_vs_twin"]["n"] == 16
+    assert cell["noise_floor"]["control_check"]["passed"] is False
 
 
 def _noise(kind: str, rng, n: int) -> np.ndarray:

@@ -209,14 +209,16 @@ def verdict(r: RatioEstimate, threshold: float | None, *, bias: float = 0.0,
                    **common)
 
 
-def control_check(ct: RatioEstimate | None) -> dict[str, Any]:
+def control_check(ct: RatioEstimate | None, rejected: bool | None = None) -> dict[str, Any]:
     """One build cannot be faster than itself: a control/twin interval that excludes 1 fails
     the check (expected in 1 - confidence of honest cells; more often, a label or position bias
     or a drift). A failed check widens the cell's intervals by the bias it measured (``bias``,
-    log scale), and the cell judges only gross steps (``judge``); it hides nothing."""
+    log scale), and the cell judges only gross steps (``judge``); it hides nothing.
+    ``rejected``: the run's decision over all its cells' checks (``aa_family``) instead of
+    this cell's own."""
     if ct is None or ct.lo is None or ct.hi is None or ct.estimate is None:
         return {"passed": None, "bias": 0.0, "text": wording.NO_CONTROL}
-    passed = not (ct.lo > 1.0 or ct.hi < 1.0)
+    passed = not (ct.lo > 1.0 or ct.hi < 1.0) if rejected is None else not rejected
     bias = 0.0 if passed else abs(math.log(ct.estimate))
     return {"passed": passed, "bias": bias,
             "text": wording.control_check(passed, ct.estimate, ct.confidence, ct.lo, ct.hi,
@@ -312,13 +314,14 @@ def rung_summary(samples: Sequence[Mapping[str, Any]], rung: str, confidence: fl
 def cell_control(samples: Sequence[Mapping[str, Any]], control: str | None, twin: str | None,
                  confidence: float, statistic: str = "mean", factor: float = 1.0
                  ) -> tuple[RatioEstimate | None, float | None]:
-    """The cell's control/twin estimate over its rounds of one measured set (``steady_ratios``)
-    and the largest single-round deviation (None each when the control or its twin was not
+    """The cell's control/twin estimate over every round in which both were measured (the
+    rounds with the floor included: every round a call of the cell rests on, issue 56) and the
+    largest single-round deviation (None each when the control or its twin was not
     measured)."""
     measured = {s["rung"] for s in samples}
     if not (control and twin and control in measured and twin in measured):
         return None, None
-    ct = steady_ratios(samples, twin, control, statistic)
+    ct = paired_ratios(samples, twin, control, statistic)
     return ratio_ci(ct, confidence, factor), max_round_deviation(ct)
 
 
@@ -437,18 +440,30 @@ def summarize(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None
               confidence: float | None = None) -> dict[str, Any]:
     """``summarize_cell`` with the run's statistics settings (the config's ``stats`` block and
     the run's ``dependence_factor``, ``with_dependence``)."""
+    by_phase = stats_cfg.get("dependence_by_phase") or {}
+    factor = by_phase.get(doc_phase(doc), stats_cfg.get("dependence_factor", 1.0))
     return summarize_cell(doc, ladder, control, twin,
                           confidence=confidence or stats_cfg["confidence"],
                           resamples=stats_cfg["bootstrap_resamples"], seed=stats_cfg["seed"],
-                          thresholds=stats_cfg.get("threshold"),
-                          factor=stats_cfg.get("dependence_factor", 1.0))
+                          thresholds=stats_cfg.get("threshold"), factor=factor)
+
+
+def doc_phase(doc: Mapping[str, Any]) -> str:
+    """A measured cell's phase (prefill or decode), from its workload."""
+    spec = doc.get("workload_spec") or next(
+        ({"n_prompt": s.get("n_prompt"), "n_gen": s.get("n_gen")}
+         for s in doc.get("samples") or []), {})
+    return phase_of(spec)
 
 
 def with_dependence(stats_cfg: Mapping[str, Any], dependence: Mapping[str, Any]
                     ) -> dict[str, Any]:
-    """The statistics settings a run's summaries take: the config's, and the variance factor
-    its A/A pairs measured (``run_dependence``)."""
-    return {**stats_cfg, "dependence_factor": dependence["factor"]}
+    """The statistics settings a run's summaries take: the config's, and the variance factors
+    its A/A pairs measured (``run_dependence``): a bench cell takes its phase's; a summary that
+    has no phase (the serving sections) the largest of them."""
+    by_phase = {ph: d["factor"] for ph, d in (dependence.get("by_phase") or {}).items()}
+    return {**stats_cfg, "dependence_factor": dependence["factor"],
+            "dependence_by_phase": by_phase}
 
 
 MIN_LAG_PAIRS = 30  # fewer pooled lag-1 pairs: the run's dependence is not estimated
@@ -457,33 +472,56 @@ MIN_SERIES = 10  # a shorter A/A series does not enter the pool (its bias correc
 
 
 def aa_series(doc: Mapping[str, Any], control: str | None, twin: str | None) -> list[float]:
-    """A cell's A/A log ratios, log(control/twin), in round order over its rounds of one
-    measured set (what its control check reads)."""
+    """A cell's A/A log ratios, log(control/twin), in round order over every round in which
+    both were measured (what its control check reads)."""
     if not (control and twin):
         return []
     samples = clean_samples(doc.get("samples") or [])
-    return [math.log(x) for x in steady_ratios(samples, twin, control, round_statistic(doc))]
+    return [math.log(x) for x in paired_ratios(samples, twin, control, round_statistic(doc))]
 
 
 def run_dependence(docs: Iterable[Mapping[str, Any]], control: str | None, twin: str | None,
                    confidence: float = 0.95) -> dict[str, Any]:
     """How dependent a run's rounds are, measured on its A/A pairs (one build under two labels:
-    whatever their ratio carries from round to round is the machine's): the autocorrelations
-    r_j at lags 1-``LAGS`` of each cell's control/twin log ratios about the cell's mean, pooled
-    over the cells, give the variance factor of a mean of n rounds, (1 + 2·Σr_j) / (1 - 2·LAGS/n)
-    (the denominator undoes the bias of autocorrelations about an estimated mean: 1 for
-    independent rounds on average), never below 1, that every standard error of the run takes.
-    A run-level calibration: a cell's 12-28 rounds cannot measure it, a run's hundreds of pairs
-    can. Chosen over an AR(1) factor from lag 1 alone, which left 8-10 % of cells failing the
-    A/A check when a label was shifted for 5 rounds (this one: 5-6 %, at an average cost of
-    x1.05 on the standard error of independent rounds; simulated in tests/test_stats.py, and
-    measured on real A/A series by measurements/dependence.py). Fewer than ``MIN_LAG_PAIRS`` lag-1 pairs:
-    ``protocol.ASSUMED_RHO``, the bound measured on this project's real runs, as the looks and
-    the pilot use it."""
+    whatever their ratio carries from round to round is the machine's), per phase: prefill and
+    decode cells can differ (the 2026-12-07 default run: a factor of 2.04 in prefill, 1.00 in
+    decode), so each is estimated from its own cells (``pooled_dependence``) and a bench cell
+    takes its phase's. The run's ``factor`` (what a summary without a phase takes: the serving
+    sections) is the largest of the phases'."""
+    docs = list(docs)
+    by_phase: dict[str, list[list[float]]] = defaultdict(list)
+    for doc in docs:
+        by_phase[doc_phase(doc)].append(aa_series(doc, control, twin))
+    phases = {ph: pooled_dependence(series, confidence) for ph, series in sorted(by_phase.items())}
+    if not phases:
+        return {**pooled_dependence([], confidence), "by_phase": {}}
+    factor = max(d["factor"] for d in phases.values())
+    text = wording.dependence_by_phase({ph: d["text"] for ph, d in phases.items()}, factor)
+    return {"cells": sum(d["cells"] for d in phases.values()),
+            "pairs": sum(d["pairs"] for d in phases.values()), "lags": LAGS,
+            "method": wording.dependence_method(LAGS) + ", per phase",
+            "measured": any(d["measured"] for d in phases.values()),
+            "factor": factor, "by_phase": phases, "text": text}
+
+
+def pooled_dependence(series: Iterable[Sequence[float]], confidence: float = 0.95
+                      ) -> dict[str, Any]:
+    """The variance factor of a set of A/A series (their cells' control/twin log ratios in
+    round order): the autocorrelations r_j at lags 1-``LAGS`` of each series about its mean,
+    pooled over the series, give the variance factor of a mean of n rounds,
+    (1 + 2·Σr_j) / (1 - 2·LAGS/n) (the denominator undoes the bias of autocorrelations about an
+    estimated mean: 1 for independent rounds on average), never below 1, that every standard
+    error of those cells takes. A run-level calibration: a cell's 12-28 rounds cannot measure
+    it, a run's hundreds of pairs can. Chosen over an AR(1) factor from lag 1 alone, which left
+    8-10 % of cells failing the A/A check when a label was shifted for 5 rounds (this one: 5-6
+    %, at an average cost of x1.05 on the standard error of independent rounds; simulated in
+    tests/test_stats.py, and measured on real A/A series by measurements/dependence.py). Fewer
+    than ``MIN_LAG_PAIRS`` lag-1 pairs: ``protocol.ASSUMED_RHO``, the bound measured on this
+    project's real runs, as the looks and the pilot use it."""
     num = np.zeros(LAGS + 1)
     pairs = cells = rounds = 0
-    for doc in docs:
-        x = np.asarray(aa_series(doc, control, twin))
+    for one in series:
+        x = np.asarray(one)
         if len(x) < MIN_SERIES:
             continue
         d = x - x.mean()
@@ -506,6 +544,35 @@ def run_dependence(docs: Iterable[Mapping[str, Any]], control: str | None, twin:
     out.update(rho=rho, ci=ci, factor=factor, measured=True, mean_rounds=rounds / cells,
                text=wording.dependence_measured(rho, ci, confidence, pairs, cells, factor))
     return out
+
+
+def aa_family(cells: Sequence[dict[str, Any]], confidence: float = 0.95) -> dict[str, Any]:
+    """The run's A/A checks as one Benjamini-Hochberg family (issue 56): with six cells and
+    every check at its own 5 %, one fails in 26 % of honest runs. A cell's check fails only
+    when the run's step over all its cells' control/twin tests rejects it; a check that this
+    changes is re-stated and the cell's comparisons re-judged (its bias and the gross-only
+    rule go with the check). Returns what it did, for the report."""
+    q = 1 - confidence
+    checked = [c for c in cells
+               if ((c.get("noise_floor") or {}).get("control_vs_twin") or {}).get("p_value")
+               is not None]
+    rejected = benjamini_hochberg([c["noise_floor"]["control_vs_twin"]["p_value"]
+                                   for c in checked], q) if checked else []
+    changed = 0
+    for cell, rej in zip(checked, rejected):
+        nf = cell["noise_floor"]
+        check = control_check(RatioEstimate(**nf["control_vs_twin"]), rejected=rej)
+        if check["passed"] == nf["control_check"]["passed"]:
+            continue
+        changed += 1
+        nf["control_check"] = check
+        for comp in list(cell.get("steps") or []) + list(cell.get("vs_floor") or []):
+            comp["bias"] = check["bias"]
+            comp["control_failed"] = check["passed"] is False
+            comp["verdict"] = judge(comp)
+    return {"method": "Benjamini-Hochberg", "q": q, "checks": len(checked),
+            "failed": sum(rejected), "changed": changed,
+            "text": wording.aa_family(len(checked), sum(rejected), q)}
 
 
 def benjamini_hochberg(p_values: Sequence[float], q: float) -> list[bool]:

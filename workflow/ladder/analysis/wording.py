@@ -167,6 +167,21 @@ def dependence_measured(rho: Sequence[float], ci: Sequence[float], confidence: f
                "; none to allow for: standard errors as for independent rounds."))
 
 
+def aa_family(checks: int, failed: int, q: float) -> str:
+    return (f"The {checks} cells' A/A checks are one Benjamini-Hochberg family at "
+            f"{q * 100:g} % (each alone at {q * 100:g} % would fail one of {checks} honest "
+            f"checks in {(1 - (1 - q) ** checks) * 100:.0f} % of runs): {failed} failed."
+            if checks else "No A/A check in this run.")
+
+
+def dependence_by_phase(texts: Mapping[str, str], factor: float) -> str:
+    out = " ".join(f"{ph.capitalize()}: {t}" for ph, t in texts.items())
+    if len(texts) > 1:
+        out += (f" A summary without a phase (the serving sections) takes the larger: "
+                f"x{math.sqrt(factor):.2f}.")
+    return out
+
+
 def _family(f: Mapping[str, Any]) -> str:
     shown = f["interval_confidence_selected"]
     return (f"{f['rejected']} of {f['comparisons']} passed the test" + (

@@ -543,8 +543,11 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
     # every summary of the run (its sections' too) takes the dependence its A/A pairs measured
     run_stats = stats.with_dependence(stats_cfg, dependence)
     cells = bench_cells(bench_docs, plan, run_stats, missing)
+    aa = stats.aa_family(cells, stats_cfg["confidence"])  # the A/A checks: one family
     multiplicity = stats.fdr_adjust(cells, stats_cfg["confidence"],
                                     floor=(plan.get("ladder_order") or [None])[0])
+    multiplicity["aa_checks"] = aa
+    multiplicity["text"] += " " + aa["text"]
     pooled = stats.pooled_checks(cells, stats_cfg["confidence"])
     rungs = []
     for pr in plan["rungs"]:
