@@ -243,3 +243,14 @@ def test_the_report_says_which_measuring_failures_are_kept():
     st = rung_status({"name": "amx"}, build, [], [cell])
     assert st["outcome"] == "moment" and "measured again on the next run" in st["kept"]
     assert outcome.of_reason("timed out after 600 s") and not outcome.of_reason("SIGSEGV")
+
+
+def test_a_job_that_read_a_moment_is_one_too(tmp_path):
+    """Snakemake never re-makes a missing input of a job whose outputs exist, so a job that read
+    a marked output marks its own (the adapter: ``derived``), and the chain is retired whole."""
+    rec, other = tmp_path / "vendor.json", tmp_path / "source.json"
+    rec.write_text("{}")
+    other.write_text("{}")
+    outcome.mark([rec], [{"reason": "path missing", "seen_at": "t"}])
+    got = outcome.derived([rec, other, tmp_path / "absent.json"])
+    assert len(got) == 1 and got[0]["reason"] == f"read {rec}, a failure of the moment (path missing)"

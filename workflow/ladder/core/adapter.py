@@ -29,8 +29,13 @@ def run_step(snakemake: Any, step: Callable[[], object]) -> None:
         handlers.append(to_log)
     logging.basicConfig(level=logging.INFO, handlers=handlers, force=True)
     try:
+        # an input that holds a failure of the moment makes this job's outputs one too: the
+        # next run retires the whole chain (Snakemake never re-makes a missing input of a job
+        # whose outputs exist), so every job that read it runs again
+        derived = outcome.derived([str(i) for i in snakemake.input])
         with outcome.watch() as moments:
             step()
+        moments += derived
         outputs = [str(o) for o in snakemake.output]
         if moments:  # a failure of the moment: the next run checks this job's outputs again
             outcome.mark(outputs, moments)

@@ -14,7 +14,10 @@ one still writes its record (the run that saw it reports it, and the rest of the
 but ``note`` marks it, and the job's adapter leaves a sidecar beside each of its outputs
 (``<output>.moment.json``). Before the next run plans its jobs, ``retire`` moves every marked
 output (and its sidecar) out of its content address into that run's ``logs/rechecked/``, so the
-job runs again and checks the input anew; nothing is deleted.
+job runs again and checks the input anew; nothing is deleted. A job that reads a marked output
+marks its own outputs too (``derived``): Snakemake never re-makes a missing input of a job whose
+outputs exist, so the whole chain from the moment to the targets is retired together and every
+job in it runs again.
 """
 
 from __future__ import annotations
@@ -122,6 +125,22 @@ def mark(outputs: Iterable[str | os.PathLike[str]], moments: Sequence[Moment]) -
             os.replace(tmp, side)
             marked.append(side)
     return marked
+
+
+def derived(inputs: Iterable[str | os.PathLike[str]]) -> list[Moment]:
+    """The moments a job inherits from its inputs: one per input that has a sidecar (its
+    outputs are then a failure of the moment too, and retired with it)."""
+    out: list[Moment] = []
+    for inp in inputs:
+        side = sidecar(inp)
+        if side.is_file():
+            try:
+                why = "; ".join(m["reason"] for m in json.loads(side.read_text())["moments"])
+            except (OSError, ValueError, KeyError, TypeError):
+                why = "(an unreadable sidecar)"
+            out.append({"reason": f"read {inp}, a failure of the moment ({why})",
+                        "seen_at": now()})
+    return out
 
 
 def clear(outputs: Iterable[str | os.PathLike[str]]) -> None:
