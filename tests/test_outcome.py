@@ -140,22 +140,29 @@ def test_a_build_says_which_failures_it_keeps(tmp_path):
     assert f"kept from {prov['checked_at']}" in st["kept"] and "not re-tried" in st["kept"]
 
 
+def private_run(tmp_path, monkeypatch, overlay: str) -> tuple[Path, Path, list[Path]]:
+    """A work dir with the default config, an overlay, and a resources dir of its own (the
+    workflow tests' shared one is left alone): (work dir, resources dir, configs)."""
+    work, res_dir = tmp_path / "work", tmp_path / "resources"
+    (work / "config").mkdir(parents=True)
+    shutil.copy(ROOT / "config" / "config.yaml", work / "config" / "config.yaml")
+    (work / "config" / "overlay.yaml").write_text(overlay)
+    monkeypatch.setenv("LADDER_TEST_RESOURCES", str(res_dir))
+    return work, res_dir, [ROOT / "tests" / "configs" / "e2e.yaml",
+                           work / "config" / "overlay.yaml"]
+
+
 def test_the_workflow_checks_a_missing_archive_again(tmp_path, monkeypatch):
     """The issue's sequence through Snakemake: the vendor record made while the archive is
     missing, the archive put where the config points, the same command again: the record is
     ok, the first one kept in logs/rechecked; a third run does nothing."""
     arc, sha = _archive(tmp_path / "made")
     later = tmp_path / "later" / "kleidiai.tar.gz"
-    work, res_dir = tmp_path / "work", tmp_path / "resources"
-    (work / "config").mkdir(parents=True)
-    shutil.copy(ROOT / "config" / "config.yaml", work / "config" / "config.yaml")
-    overlay = work / "config" / "vendor.yaml"
-    overlay.write_text(f"resources_dir: '{res_dir}'\nvendor_sources:\n  KleidiAI:\n"
-                       f"    kind: archive\n    path: '{later}'\n    sha256: '{sha}'\n")
+    work, res_dir, configs = private_run(
+        tmp_path, monkeypatch, f"vendor_sources:\n  KleidiAI:\n    kind: archive\n"
+                               f"    path: '{later}'\n    sha256: '{sha}'\n")
     spec = {"kind": "archive", "path": str(later), "sha256": sha}
     target = res_dir / "vendor" / "KleidiAI" / vendor_id("KleidiAI", spec) / "vendor.json"
-    configs = [ROOT / "tests" / "configs" / "e2e.yaml", overlay]
-    monkeypatch.setenv("LADDER_TEST_RESOURCES", str(res_dir))
     first = run_snakemake(work, str(target), config=configs, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
     rec = json.loads(target.read_text())
@@ -185,15 +192,10 @@ def test_the_workflow_fetches_a_model_that_failed_once(tmp_path, monkeypatch):
     made.parent.mkdir()
     sha = tiny_gguf(made)
     later = tmp_path / "later" / "tiny.gguf"
-    work, res_dir = tmp_path / "work", tmp_path / "resources"
-    (work / "config").mkdir(parents=True)
-    shutil.copy(ROOT / "config" / "config.yaml", work / "config" / "config.yaml")
-    overlay = work / "config" / "model.yaml"
-    overlay.write_text(f"models:\n  tiny:\n    kind: path\n    path: '{later}'\n"
-                       f"    sha256: '{sha}'\n    quant: Q8_0\n")
+    work, res_dir, configs = private_run(
+        tmp_path, monkeypatch, f"models:\n  tiny:\n    kind: path\n    path: '{later}'\n"
+                               f"    sha256: '{sha}'\n    quant: Q8_0\n")
     target = res_dir / "models" / "tiny" / sha[:16] / "base.json"
-    configs = [ROOT / "tests" / "configs" / "e2e.yaml", overlay]
-    monkeypatch.setenv("LADDER_TEST_RESOURCES", str(res_dir))
     first = run_snakemake(work, str(target), config=configs, timeout=300)
     assert first.returncode != 0 and f"models.tiny.path: {later} does not exist" in first.stderr
     assert not target.exists() and not outcome.sidecar(target).exists()
