@@ -22,11 +22,17 @@ standard error takes the variance factor the run would measure (the model's long
 the one assumed inside a cell today (``--assumed``).
 
     .venv/bin/python measurements/sequential_rules.py [--cells 4000] [--cap 28]
+
+``--real DIR ...`` replays the same rules on real A/A rounds instead: the per-round log ratios
+of two disjoint label pairs of a ``measurements/resolving_power.py`` series (one binary under
+four labels), each centred, resampled by moving blocks into cells of the cap's rounds; with no
+effect, and at the phase's target effect added to every round.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from pathlib import Path
@@ -79,7 +85,9 @@ def noise(model: str, cells: int, n: int, sd: float, rng: np.random.Generator
     raise ValueError(model)
 
 
-def run_rule(rule: str, x: np.ndarray, band: float, factor: float, cap: int) -> dict[str, float]:
+def run_rule(rule: str, x: np.ndarray, band: float, factor: float, cap: int,
+             mu: float) -> dict[str, float]:
+    """One rule on cells x (cells x rounds, log ratios whose true mean is ``mu``)."""
     cells, n = x.shape
     k = np.arange(1, n + 1)
     csum = np.cumsum(x, axis=1)
@@ -90,7 +98,6 @@ def run_rule(rule: str, x: np.ndarray, band: float, factor: float, cap: int) -> 
     stop = np.full(cells, cap)
     decision = np.full(cells, "", dtype=object)
     covered = np.ones(cells, dtype=bool)
-    mu = TRUE_MU
     if rule == "today":
         for look in (3, 5, 10):
             i = look - 1
@@ -149,11 +156,69 @@ def run_rule(rule: str, x: np.ndarray, band: float, factor: float, cap: int) -> 
             "coverage": float(covered.mean()), "rounds": float(stop.mean())}
 
 
-TRUE_MU = 0.0
+def real_cells(series_file: Path, cap: int, resamples: int, block: int,
+               rng: np.random.Generator) -> list[dict[str, object]]:
+    """Real A/A cells from a ``measurements/resolving_power.py`` series: per model and workload,
+    the per-round log ratios of two disjoint label pairs (b over a, d over c; one binary, so
+    each is centred on 0), resampled by moving blocks of ``block`` rounds into ``resamples``
+    cells of ``cap`` rounds each; and the factor the run would measure from them (lags 1-3,
+    ``stats.pooled_dependence``)."""
+    from ladder.analysis import stats
+
+    doc = json.loads(series_file.read_text())
+    groups: dict[tuple[str, str], dict[int, dict[str, float]]] = {}
+    bad: set[tuple[str, str, int]] = set()
+    for smp in doc["samples"]:
+        key = (smp["model"], smp["workload"])
+        if smp.get("warmup"):
+            continue
+        if smp.get("disturbed"):
+            bad.add((*key, smp["round"]))
+        groups.setdefault(key, {}).setdefault(smp["round"], {})[smp["label"]] = \
+            float(smp["tokens_per_s"])
+    out = []
+    for key, rounds in sorted(groups.items()):
+        ok = [r for r in sorted(rounds) if (*key, r) not in bad and len(rounds[r]) == 4]
+        pairs = []
+        for base, other in (("a", "b"), ("c", "d")):
+            x = np.log([rounds[r][other] / rounds[r][base] for r in ok])
+            pairs.append(x - x.mean())
+        factor = stats.pooled_dependence([list(p) for p in pairs])["factor"]
+        cells = []
+        for x in pairs:
+            starts = rng.integers(0, len(x) - block + 1, (resamples, -(-cap // block)))
+            idx = (starts[:, :, None] + np.arange(block)).reshape(resamples, -1)[:, :cap]
+            cells.append(x[idx])
+        phase = "decode" if key[1].startswith("tg") else "prefill"
+        out.append({"key": key, "phase": phase, "rounds": len(ok), "factor": factor,
+                    "sd": float(np.std(np.concatenate(pairs), ddof=1)),
+                    "cells": np.concatenate(cells)})
+    return out
+
+
+def replay(dirs: list[str], cap: int, resamples: int, block: int, seed: int) -> None:
+    """The rules on real A/A rounds (false calls and coverage with no effect; the share called
+    at the phase's target effect, one label's rounds scaled)."""
+    rng = np.random.default_rng(seed)
+    print("| series | cell | per-round SD | factor (lags 1-3) | effect | rule | called | beyond δ "
+          "| equivalent | coverage | rounds |")
+    print("|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|")
+    for d in dirs:
+        for c in real_cells(Path(d) / "series.json", cap, resamples, block, rng):
+            delta, target = ((0.05, 0.10) if c["phase"] == "prefill" else (0.03, 0.05))
+            band = math.log1p(delta)
+            for effect in (0.0, target):
+                mu = math.log1p(effect)
+                for rule in ("today", "tcs", "gs"):
+                    r = run_rule(rule, c["cells"] + mu, band, float(c["factor"]), cap, mu)
+                    print(f"| {Path(d).name} | {c['key'][0]} {c['key'][1]} ({c['rounds']} rounds) "
+                          f"| {float(c['sd']) * 100:.1f} % | {float(c['factor']):.2f} "
+                          f"| {effect:+.0%} | {rule} | {r['called']:.1%} | {r['beyond']:.1%} "
+                          f"| {r['equivalent']:.1%} | {r['coverage']:.1%} | {r['rounds']:.1f} |")
 
 
 def main() -> int:
-    global TRUE_MU, LAGS
+    global LAGS
     ap = argparse.ArgumentParser()
     ap.add_argument("--cells", type=int, default=4000)
     ap.add_argument("--cap", type=int, default=28)
@@ -162,8 +227,15 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=56)
     ap.add_argument("--lags", type=int, default=3,
                     help="the lags the run's factor sums (stats.run_dependence: 3)")
+    ap.add_argument("--real", nargs="+", default=[],
+                    help="replay the rules on real A/A series (resolving_power.py --out DIRs)")
+    ap.add_argument("--resamples", type=int, default=2000)
+    ap.add_argument("--block", type=int, default=2)
     args = ap.parse_args()
     LAGS = args.lags
+    if args.real:
+        replay(args.real, args.cap, args.resamples, args.block, args.seed)
+        return 0
     rng = np.random.default_rng(args.seed)
     print("| phase (SD, δ) | noise | effect | rule | called | beyond δ | equivalent | coverage "
           "| rounds |")
@@ -176,9 +248,9 @@ def main() -> int:
             if args.assumed:
                 factor = (1 + RHO_ASSUMED) / (1 - RHO_ASSUMED)
             for effect in (0.0, target, 1.0, 15.0):
-                TRUE_MU = math.log1p(effect)
+                mu = math.log1p(effect)
                 for rule in ("today", "tcs", "gs"):
-                    r = run_rule(rule, e + TRUE_MU, band, factor, args.cap)
+                    r = run_rule(rule, e + mu, band, factor, args.cap, mu)
                     print(f"| {phase} ({sd:.0%}, {delta:.0%}) | {model} | {effect:+.0%} | {rule} "
                           f"| {r['called']:.1%} | {r['beyond']:.1%} | {r['equivalent']:.1%} "
                           f"| {r['coverage']:.1%} | {r['rounds']:.1f} |")
