@@ -729,8 +729,10 @@ RATES = {"floor": [0.6, 0.65, 0.6, 0.62], "fast": [2.6, 2.5, 2.7, 2.6],
 
 
 def test_concurrency_capacity_is_judged_like_the_rate():
-    """Streams are bisected to one (exact): no resolution bias; output tok/s and cost are what
-    the passing probes at the capacity measured."""
+    """Streams are bisected to one, but a count is a grid too: k streams passed and k + 1 did
+    not, so the capacity lies in [k, k + 1) and a comparison carries that step (widest at the
+    smallest count: the floor's 1 stream, ln 2); output tok/s and cost are what the passing
+    probes at the capacity measured."""
     sec = server_load_view.summarize_load(capacity_doc(RATES, streams=STREAMS), PLAN, STATS, PRICE)
     cc = sec["concurrency_capacity"]
     assert cc["dimension"] == "concurrency" and cc["resolution"] == 1.0
@@ -743,12 +745,44 @@ def test_concurrency_capacity_is_judged_like_the_rate():
     assert rungs["fast"]["usd_per_mtok"] == pytest.approx(
         0.10 / (rungs["fast"]["output_tokens_per_s"] * 3600) * 1e6)
     step = cc["cell"]["vs_floor"][0]
-    assert step["verdict"]["call"] == "faster" and not step.get("bias")
+    assert step["verdict"]["call"] == "faster" and step["bias"] == pytest.approx(math.log(2))
     curve = {p["concurrency"]: p for p in cc["curve"]["fast"]}
     assert curve[1]["attainment"] == 1.0 and curve[16]["attainment"] == 0.0
     words = server_load_view.capacity_sentences(cc)
     assert any("`floor`'s concurrent streams at 90 % of requests" in w for w in words), words
     assert sec["capacity"]["dimension"] == "rate"  # the rate's, beside it, unchanged
+
+
+def test_repeated_grid_values_never_give_a_zero_width_interval_or_p_0():
+    """Issue 59, item 3: streams 4, 4, 4 against 3, 3, 3 (and the same rate on every round)
+    were "4.00x faster (95% CI 4.00x-4.00x) p < 0.0001", and `ladder compare` called them with
+    p = 0. The true capacities lie anywhere in [4, 5) and [3, 4): a ratio of 1.0-1.67x, so no
+    call; every interval has a width, every p-value is above 0."""
+    from ladder.reporting.compare import compare_load
+
+    same = {"floor": [3, 3, 3], "fast": [4, 4, 4], "control": [4, 4, 4]}
+    rates = {"floor": [1.0] * 3, "fast": [2.0] * 3, "control": [2.0] * 3}
+    sec = server_load_view.summarize_load(capacity_doc(rates, streams=same), PLAN, STATS)
+    cc = sec["concurrency_capacity"]
+    step = cc["cell"]["vs_floor"][0]
+    assert step["ratio"]["estimate"] == pytest.approx(4 / 3)
+    assert step["verdict"]["call"] not in ("faster", "slower"), step["verdict"]["text"]
+    assert step["verdict"]["p_value"] > 0.05 and step["ratio"]["lo"] < step["ratio"]["hi"]
+    fast = {r["rung"]: r for r in cc["rungs"]}["fast"]
+    assert fast["lo"] < 4 and fast["hi"] >= 5  # [4, 5): the rounds' capacities inside
+    for e in sec["capacity"]["rungs"]:  # rate capacities on the same grid point every round
+        assert e["lo"] < e["estimate"] < e["hi"]
+    p_rate = sec["capacity"]["cell"]["vs_floor"][0]["verdict"]["p_value"]
+    assert p_rate > 0
+
+    def report(streams: dict) -> dict:
+        return {"serving": {"load": server_load_view.summarize_load(
+            capacity_doc(rates, streams=streams), PLAN, STATS)}}
+
+    out = compare_load(report({**same, "fast": [3, 3, 3]}), report(same), 0.95, ("BASE", "NEW"))
+    row = {r["rung"]: r for r in out["rows"] if r["cell"] == "load capacity (streams)"}["fast"]
+    assert row["call"] not in ("faster", "slower") and row["ratio"]["p_value"] > 0
+    assert row["ratio"]["lo"] < row["ratio"]["hi"]
 
 
 def test_compare_gates_on_concurrency_that_fell():

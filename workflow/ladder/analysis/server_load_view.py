@@ -145,7 +145,8 @@ def resolution(spec: Mapping[str, Any]) -> float:
 
 # The two searches of a capacity row (``server_load._capacity``): its key in the row, the key of a
 # round's value, the words, a probe's value, the search's top and the settings that define it
-# (the resolution: ``_resolution``; streams are bisected to one, exact)
+# (the resolution: ``_resolution``; streams are bisected to one stream, a grid of their own:
+# ``grid_step``)
 DIMS: dict[str, dict[str, Any]] = {
     "rate": {"row": "capacity", "value": "capacity_rps", "what": "request rate", "x": "rate",
              "top": "max_rps",
@@ -158,6 +159,24 @@ DIMS: dict[str, dict[str, Any]] = {
 
 def _resolution(spec: Mapping[str, Any], dim: str) -> float:
     return resolution(spec) if dim == "rate" else 1.0
+
+
+def grid_step(values: Sequence[float], spec: Mapping[str, Any], dim: str = "rate") -> float:
+    """The widest step (log scale) of the grid these capacities were read off: a round's true
+    capacity lies in [found, found x step). A rate: the search's resolution; streams: from k to
+    k + 1, widest at the smallest k (4 against 3 streams is a ratio anywhere in 1.0-1.67x).
+    Carried by every interval and test of a capacity (issue 59: repeated grid values gave a
+    zero-width interval and p = 0)."""
+    if dim == "rate":
+        return math.log(resolution(spec))
+    k = min((v for v in values if v), default=None)
+    return math.log((k + 1) / k) if k else 0.0
+
+
+def grid_sd(step: float, values_per_ratio: int = 2) -> float:
+    """The SD (log scale) of a ratio of ``values_per_ratio`` grid readings, each uniform within
+    its step (a uniform's SD is its width / √12)."""
+    return step * math.sqrt(values_per_ratio / 12)
 
 
 def _capacity_value(found: Mapping[str, Any]) -> tuple[float | None, str | None]:
@@ -198,15 +217,18 @@ def _rung_capacity(name: str, rows: Sequence[Mapping[str, Any]], spec: Mapping[s
                        "duration_s": found.get("duration_s", r["duration_s"]),
                        "output_tokens_per_s": _at_capacity(found, dim) if dim != "rate"
                        else None})
-    est = stats.ratio_ci([x[d["value"]] for x in rounds if x[d["value"]]], conf)
+    values = [x[d["value"]] for x in rounds if x[d["value"]]]
+    step = grid_step(values, spec, dim)
+    est = stats.ratio_ci(values, conf, grid_sd=grid_sd(step, 1))
     below = sum(x["censored"] == "below" for x in rounds)
     above = sum(x["censored"] == "above" for x in rounds)
     entry: dict[str, Any] = {
         "rung": name, "rounds": rounds, "estimate": est.estimate,
-        # a round below the search has no lower bound, one at its top no upper bound
+        # a round below the search has no lower bound, one at its top no upper bound; the
+        # true capacities lie up to a grid step above what passed
         "lo": est.lo if not below else None,
-        "hi": est.hi * res if est.hi is not None and not above else None, "n": est.n,
-        "censored": {"below": below, "above": above}}
+        "hi": est.hi * math.exp(step) if est.hi is not None and not above else None,
+        "n": est.n, "censored": {"below": below, "above": above}}
     entry["text"] = _capacity_text(entry, spec, dim)
     if not est.estimate:
         return entry
@@ -238,12 +260,12 @@ def capacity(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
     """Each rung's serving capacity (``server_load._capacity``, once per round on its own
     server), by request rate or (``dim`` "concurrency") by concurrent streams: per round the
     highest value within the SLO target; across rounds their geometric mean with its
-    t-interval, widened by the search's resolution (a round's rate capacity is only known to
-    lie in [found, found x resolution); streams are bisected to one, exact); judged between
-    rungs like a bench cell (paired by round, higher is better), every comparison's interval
-    widened and its estimate shrunk by ln(resolution) before the test (``stats.verdict``'s
-    ``bias``: a call needs the ratio beyond the threshold by more than the search can
-    resolve); the attainment curve (every probe pooled per rung and value, Wilson intervals);
+    t-interval, widened by the grid it was read off (a round's rate capacity is only known to
+    lie in [found, found x resolution), its stream count in [k, k + 1): ``grid_step``); judged
+    between rungs like a bench cell (paired by round, higher is better), every comparison's
+    rounds carrying their readings' spread within the grid and its estimate shrunk by the
+    grid's step before the test (``stats.verdict``'s ``bias``: a call needs the ratio beyond the
+    threshold by more than the search can resolve); the attainment curve (every probe pooled per rung and value, Wilson intervals);
     $ per million output tokens at the capacity when the host has a price."""
     d = DIMS[dim]
     rows = [r for r in doc["levels"] if r["kind"] == "capacity" and r.get(d["row"])]
@@ -265,11 +287,21 @@ def capacity(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
               "workload_spec": {"n_prompt": doc["spec"]["n_prompt"], "n_gen": 0}}
     cell = stats.summarize(pseudo, ladder, control, twin, stats_cfg, confidence=conf)
     words = {e["rung"]: censored_words(e) for e in per_rung}
+    by_rung = {e["rung"]: [x[d["value"]] for x in e["rounds"] if x[d["value"]]]
+               for e in per_rung}
     for comp in cell["steps"] + cell["vs_floor"]:
-        if res > 1:
+        # the grid's step: the estimate shrunk and the interval widened by it (a call needs
+        # the ratio beyond the threshold by more than the search resolves), and each round's
+        # ratio carrying its readings' spread within their steps (never a zero-width interval)
+        step = grid_step(by_rung.get(comp["base"], []) + by_rung.get(comp["rung"], []),
+                         spec, dim)
+        if step > 0:
+            r = comp["ratio"]
+            comp["ratio"] = asdict(stats.ratio_ci(r["per_round"], r["confidence"],
+                                                  _factor(r, stats_cfg), grid_sd(step)))
             comp["bias_why"] = "the search's resolution" + (
                 " and the failed control check" if comp.get("bias") else "")
-            comp["bias"] = (comp.get("bias") or 0.0) + math.log(res)
+            comp["bias"] = (comp.get("bias") or 0.0) + step
         out_of_range = [words[n] for n in (comp["base"], comp["rung"]) if words.get(n)]
         if out_of_range:
             # clamped to the search's range, a ratio only moves toward 1: a call stands, an
@@ -284,6 +316,14 @@ def capacity(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
             "search": {k: spec.get(k) for k in d["search"]},
             "rungs": per_rung, "cell": cell, "curve": attainment_curve(rows, names, conf, dim),
             "price": dict(price) if price else None}
+
+
+def _factor(ratio: Mapping[str, Any], stats_cfg: Mapping[str, Any]) -> float:
+    """The dependence factor a summarized ratio took (its standard error over sd/√n)."""
+    se, sd, n = ratio.get("se_log"), ratio.get("sd_log"), ratio.get("n") or 0
+    if se and sd and n:
+        return float((se / (sd / math.sqrt(n))) ** 2)
+    return float(stats_cfg.get("dependence_factor", 1.0))
 
 
 def censored_words(entry: Mapping[str, Any]) -> str:

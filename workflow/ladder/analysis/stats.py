@@ -129,17 +129,19 @@ def _estimate(mean: float, se: float, df: float, n: int, per_round: list[float],
 
 
 def ratio_ci(ratios: Sequence[float], confidence: float = 0.95,
-             factor: float = 1.0) -> RatioEstimate:
+             factor: float = 1.0, grid_sd: float = 0.0) -> RatioEstimate:
     """Paired ratios: geometric mean, t-interval and paired t-test on the mean of their logs,
     the variance of the mean taken ``factor`` times sd²/n (dependent rounds: the run's measured
-    factor, ``run_dependence``)."""
+    factor, ``run_dependence``). ``grid_sd``: the per-round SD (log scale) that values read off
+    a grid carry whatever they show (a capacity search's steps: ``server_load_view``), added in
+    quadrature, so identical rounds never give a zero-width interval or p = 0."""
     n = len(ratios)
     if n == 0:
         return RatioEstimate(None, None, None, 0, [], confidence)
     logs = np.log(np.asarray(ratios, dtype=float))
     if n < 2:
         return RatioEstimate(float(np.exp(logs.mean())), None, None, n, list(ratios), confidence)
-    sd = float(logs.std(ddof=1))
+    sd = math.hypot(float(logs.std(ddof=1)), grid_sd)
     factor = max(1.0, float(factor))
     se = sd / math.sqrt(n) * math.sqrt(factor)
     method = wording.method(factor)
@@ -148,10 +150,12 @@ def ratio_ci(ratios: Sequence[float], confidence: float = 0.95,
 
 
 def unpaired_ratio_ci(base: Sequence[float], other: Sequence[float],
-                      confidence: float = 0.95) -> RatioEstimate:
+                      confidence: float = 0.95, grid_sd: float = 0.0) -> RatioEstimate:
     """other/base for two independent sets of round means (e.g. two hosts, two runs): the
     ratio of their geometric means with a Welch t-interval and test on the difference of mean
-    logs. ``n`` is the smaller side; ``per_round`` is empty (nothing pairs the rounds)."""
+    logs. ``n`` is the smaller side; ``per_round`` is empty (nothing pairs the rounds).
+    ``grid_sd``: each value's SD from the grid it was read off (``ratio_ci``), added to each
+    side's variance."""
     n = min(len(base), len(other))
     if n == 0 or min(base) <= 0 or min(other) <= 0:
         return RatioEstimate(None, None, None, n, [], confidence, UNPAIRED_METHOD)
@@ -159,7 +163,8 @@ def unpaired_ratio_ci(base: Sequence[float], other: Sequence[float],
     diff = float(lb.mean() - la.mean())
     if n < 2:
         return RatioEstimate(math.exp(diff), None, None, n, [], confidence, UNPAIRED_METHOD)
-    va, vb = float(la.var(ddof=1)) / len(la), float(lb.var(ddof=1)) / len(lb)
+    va = (float(la.var(ddof=1)) + grid_sd ** 2) / len(la)
+    vb = (float(lb.var(ddof=1)) + grid_sd ** 2) / len(lb)
     se = math.sqrt(va + vb)
     df = (va + vb) ** 2 / (va ** 2 / (len(la) - 1) + vb ** 2 / (len(lb) - 1)) if se else 1.0
     return _estimate(diff, se, df, n, [], confidence, UNPAIRED_METHOD, None)

@@ -39,7 +39,7 @@ from ladder.analysis import stats
 from ladder.measuring.dispatch import CREDITED
 from ladder.core.errors import LadderError
 from ladder.core.io import atomic_write_json, atomic_write_text, read_json
-from ladder.analysis.server_load_view import censored_words
+from ladder.analysis.server_load_view import censored_words, grid_sd, grid_step
 
 FORMAT = "ladder-compare/1"
 REPORT_FORMAT = "ladder-report/1"
@@ -197,8 +197,7 @@ def _compare_capacity(cb: Mapping[str, Any] | None, cn: Mapping[str, Any] | None
     if why:
         out["not_comparable"].append({"cell": what, "differ": why})
         return
-    res = max(cb["resolution"], cn["resolution"])
-    bias = math.log(res) if res > 1 else None
+    dim = cn.get("dimension") or "rate"
     floor = _floor(cb["cell"], cn["cell"])
     key = cn["value_key"]  # the round's value: capacity_rps or capacity_streams
     rb = {r["rung"]: r for r in cb["rungs"]}
@@ -211,7 +210,11 @@ def _compare_capacity(cb: Mapping[str, Any] | None, cn: Mapping[str, Any] | None
             out["rows"].append({"cell": where, "rung": r["rung"], "ratio": None,
                                 "call": "not measured", "text": "not measured in both runs"})
             continue
-        est = stats.unpaired_ratio_ci(vb, vn, confidence)
+        # the grid the capacities were read off (a rate's resolution, a stream's one step)
+        step = (math.log(max(cb["resolution"], cn["resolution"])) if dim == "rate" else
+                max(grid_step(vb, {}, dim), grid_step(vn, {}, dim)))
+        bias = step if step > 0 else None
+        est = stats.unpaired_ratio_ci(vb, vn, confidence, grid_sd(step, 1))
         censored = "; ".join(f"{run}: {words}" for run, words in
                              ((names[0], censored_words(rb[r["rung"]])),
                               (names[1], censored_words(r))) if words)
