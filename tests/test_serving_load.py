@@ -644,6 +644,35 @@ def test_capacity_is_judged_across_rounds_with_the_searchs_resolution():
                "within TTFT ≤ 500 ms" in w and "by the search's resolution;" in w for w in words), words
 
 
+def test_a_capacity_above_its_saturation_throughput_is_flagged(tmp_path):
+    """Issue 59, item 4: each rung's capacity beside its saturation throughput (its closed
+    loop completed 2 req/s: 16 requests in 4 rounds of 2 s) and the capacity its server's own
+    service time predicts (100 ms prefill + 300 ms decode per request, one slot: 2.5 req/s).
+    `fast`'s 2.6 req/s is more than any rate it can sustain: a defect of the run, flagged."""
+    doc = synthetic_doc()
+    for r in doc["requests"]:
+        if r["rung"] == "fast":
+            r["check"] = {"prompt_ms": 100.0, "predicted_ms": 300.0, "cache_n": 0,
+                          "tokens_agree": True, "ttft_covers_prefill": True}
+    cap_doc = capacity_doc({"floor": [0.6, 0.65, 0.6, 0.62], "fast": [2.6, 2.5, 2.7, 2.6],
+                            "control": [0.6, 0.62, 0.6, 0.6]})
+    doc["levels"] += cap_doc["levels"]
+    doc["levels_planned"] += cap_doc["levels_planned"]
+    doc["spec"] = cap_doc["spec"]
+    sec = server_load_view.summarize_load(doc, PLAN, STATS)
+    rungs = {e["rung"]: e for e in sec["capacity"]["rungs"]}
+    assert rungs["fast"]["saturation_rps"] == pytest.approx(2.0)
+    assert rungs["fast"]["predicted_rps"] == pytest.approx(2.5)
+    assert rungs["fast"]["above_saturation"] and not rungs["floor"]["above_saturation"]
+    checks = {c["rung"]: c["text"] for c in sec["capacity"]["checks"]}
+    assert "above its saturation throughput" in checks["fast"]
+    assert "2.5 req/s from its server's own service time (400 ms" in checks["fast"]
+    assert "above" not in checks["floor"] and "saturation 2 req/s" in checks["floor"]
+    md, html = render_load(tmp_path, sec)
+    assert "Cross-checks, each rung's capacity beside what bounds it:" in md
+    assert "**above its saturation throughput" in md and 'class="bad"' in html
+
+
 def test_a_difference_within_the_searchs_resolution_is_never_called():
     """Two rungs one bisection step apart in every round (1.19x, nothing else differs): the
     resolution carried by the test keeps it from being called faster."""

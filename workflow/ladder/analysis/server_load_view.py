@@ -123,11 +123,14 @@ def summarize_load(doc: Mapping[str, Any], plan: Mapping[str, Any],
                 cells.append({"level": level, "metric": key, "label": LABELS[key],
                               "cell": metric_cell(doc, level, key, ladder, control, twin,
                                                   stats_cfg)})
+    cap = capacity(doc, ladder, control, twin, stats_cfg, price)
+    if cap:
+        cap["checks"] = saturation_checks(doc, table, cap)
     return {"experiment": "load", "threads": doc["threads"], "quant": doc["quant"],
             "spec": doc["spec"], "slots": doc["slots"], "cpus": doc.get("cpus"),
             "client_cpus": doc.get("client_cpus"), "rounds": doc["rounds"],
             "table": table, "success_only": success_only(table), "cells": cells,
-            "capacity": capacity(doc, ladder, control, twin, stats_cfg, price),
+            "capacity": cap,
             "concurrency_capacity": capacity(doc, ladder, control, twin, stats_cfg, price,
                                              "concurrency"),
             "agent": agent, "cache_lever": _cache_lever(
@@ -135,6 +138,58 @@ def summarize_load(doc: Mapping[str, Any], plan: Mapping[str, Any],
                                               for lv in doc["levels_planned"]) else [],
             "rung_status": doc["rungs"], "method": doc["method"],
             "definitions": DEFINITIONS}
+
+
+def service_ms(doc: Mapping[str, Any], rung: str, level: str) -> float | None:
+    """A rung's mean service time per request at ``level``, from its server's own timings
+    (prefill + decode, llama-server's prompt_ms + predicted_ms) over its completed requests."""
+    times = [float(c["prompt_ms"]) + float(c["predicted_ms"])
+             for r in doc["requests"] if r["rung"] == rung and r["level"] == level
+             and r["status"] == "ok" for c in [r.get("check") or {}]
+             if c.get("prompt_ms") is not None and c.get("predicted_ms") is not None]
+    return sum(times) / len(times) if times else None
+
+
+def saturation_checks(doc: Mapping[str, Any], table: Sequence[Mapping[str, Any]],
+                      cap: dict[str, Any]) -> list[dict[str, Any]]:
+    """Beside each rung's rate capacity, what bounds it (issue 59, item 4): the saturation
+    throughput its closed-loop levels measured (the most completed requests/s any of them
+    got: no rate is sustained above it) and the capacity its server's own service time
+    predicts (slots / the mean prefill + decode time of its requests at its lightest closed
+    level, where nothing queues). A capacity above the saturation throughput is impossible:
+    flagged as a defect of the run (a probe too short to show its backlog, say). Each entry
+    of ``cap["rungs"]`` gets ``saturation_rps``, ``predicted_rps`` and
+    ``above_saturation``; the sentences are returned."""
+    out = []
+    for e in cap["rungs"]:
+        closed = [row for row in table if row["rung"] == e["rung"] and row.get("kind") == "closed"]
+        sat = max((float(row["pooled"].get("requests_per_s") or 0) for row in closed),
+                  default=0.0) or None
+        light = min(closed, key=lambda row: int(row.get("concurrency") or 0), default=None)
+        svc = service_ms(doc, e["rung"], light["level"]) if light else None
+        predicted = int(doc.get("slots") or 1) * 1000.0 / svc if svc else None
+        above = bool(sat and e.get("estimate") and e["estimate"] > sat)
+        e.update(saturation_rps=sat, service_ms=svc, predicted_rps=predicted,
+                 above_saturation=above)
+        if sat is None and predicted is None:
+            continue
+        text = (f"`{e['rung']}`: capacity {e['estimate']:.3g} req/s" if e.get("estimate")
+                else f"`{e['rung']}`: no capacity")
+        parts = []
+        if sat is not None:
+            parts.append(f"saturation {sat:.3g} req/s (closed loop, the most any level "
+                         "completed)")
+        if predicted is not None:
+            parts.append(f"{predicted:.3g} req/s from its server's own service time "
+                         f"({svc:.0f} ms of prefill and decode per request at "
+                         f"{light['level'] if light else '-'}, {doc.get('slots')} slot(s))")
+        text += "; " + "; ".join(parts)
+        if above:
+            text += (": **above its saturation throughput, which no rate can be sustained "
+                     "beyond: a defect of this run** (its probes ended before a backlog "
+                     "showed)")
+        out.append({"rung": e["rung"], "above_saturation": above, "text": text})
+    return out
 
 
 def resolution(spec: Mapping[str, Any]) -> float:
