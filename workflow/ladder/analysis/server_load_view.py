@@ -216,14 +216,14 @@ def _resolution(spec: Mapping[str, Any], dim: str) -> float:
     return resolution(spec) if dim == "rate" else 1.0
 
 
-def grid_step(values: Sequence[float], spec: Mapping[str, Any], dim: str = "rate") -> float:
+def grid_step(values: Sequence[float], res: float) -> float:
     """The widest step (log scale) of the grid these capacities were read off: a round's true
-    capacity lies in [found, found x step). A rate: the search's resolution; streams: from k to
-    k + 1, widest at the smallest k (4 against 3 streams is a ratio anywhere in 1.0-1.67x).
-    Carried by every interval and test of a capacity (issue 59: repeated grid values gave a
-    zero-width interval and p = 0)."""
-    if dim == "rate":
-        return math.log(resolution(spec))
+    capacity lies in [found, found x step). A rate: the search's resolution ``res``; streams
+    (``res`` 1: bisected to one stream), from k to k + 1, widest at the smallest k (4 against 3
+    streams is a ratio anywhere in 1.0-1.67x). Carried by every interval and test of a
+    capacity (issue 59: repeated grid values gave a zero-width interval and p = 0)."""
+    if res > 1:
+        return math.log(res)
     k = min((v for v in values if v), default=None)
     return math.log((k + 1) / k) if k else 0.0
 
@@ -273,7 +273,7 @@ def _rung_capacity(name: str, rows: Sequence[Mapping[str, Any]], spec: Mapping[s
                        "output_tokens_per_s": _at_capacity(found, dim) if dim != "rate"
                        else None})
     values = [x[d["value"]] for x in rounds if x[d["value"]]]
-    step = grid_step(values, spec, dim)
+    step = grid_step(values, res)
     est = stats.ratio_ci(values, conf, grid_sd=grid_sd(step, 1))
     below = sum(x["censored"] == "below" for x in rounds)
     above = sum(x["censored"] == "above" for x in rounds)
@@ -348,12 +348,12 @@ def capacity(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
         # the grid's step: the estimate shrunk and the interval widened by it (a call needs
         # the ratio beyond the threshold by more than the search resolves), and each round's
         # ratio carrying its readings' spread within their steps (never a zero-width interval)
-        step = grid_step(by_rung.get(comp["base"], []) + by_rung.get(comp["rung"], []),
-                         spec, dim)
+        step = grid_step(by_rung.get(comp["base"], []) + by_rung.get(comp["rung"], []), res)
         if step > 0:
             r = comp["ratio"]
             comp["ratio"] = asdict(stats.ratio_ci(r["per_round"], r["confidence"],
-                                                  _factor(r, stats_cfg), grid_sd(step)))
+                                                  stats.cell_factor(pseudo, stats_cfg),
+                                                  grid_sd(step)))
             comp["bias_why"] = "the search's resolution" + (
                 " and the failed control check" if comp.get("bias") else "")
             comp["bias"] = (comp.get("bias") or 0.0) + step
@@ -371,14 +371,6 @@ def capacity(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
             "search": {k: spec.get(k) for k in d["search"]},
             "rungs": per_rung, "cell": cell, "curve": attainment_curve(rows, names, conf, dim),
             "price": dict(price) if price else None}
-
-
-def _factor(ratio: Mapping[str, Any], stats_cfg: Mapping[str, Any]) -> float:
-    """The dependence factor a summarized ratio took (its standard error over sd/√n)."""
-    se, sd, n = ratio.get("se_log"), ratio.get("sd_log"), ratio.get("n") or 0
-    if se and sd and n:
-        return float((se / (sd / math.sqrt(n))) ** 2)
-    return float(stats_cfg.get("dependence_factor", 1.0))
 
 
 def censored_words(entry: Mapping[str, Any]) -> str:

@@ -398,10 +398,7 @@ def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str |
     measured = {s["rung"] for s in samples}
     names = list(ladder) + ([control] if control else [])
     rungs = {n: rung_summary(samples, n, confidence, resamples, seed, statistic) for n in names}
-    spec = doc.get("workload_spec") or (
-        {"n_prompt": samples[0].get("n_prompt"), "n_gen": samples[0].get("n_gen")}
-        if samples else {})
-    phase = phase_of(spec)
+    phase = doc_phase(doc, samples)
     delta = threshold_for(thresholds, phase)
     ct, max_dev = cell_control(samples, control, twin, confidence, statistic, factor)
     check = control_check(ct)
@@ -445,19 +442,27 @@ def summarize(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None
               confidence: float | None = None) -> dict[str, Any]:
     """``summarize_cell`` with the run's statistics settings (the config's ``stats`` block and
     the run's ``dependence_factor``, ``with_dependence``)."""
-    by_phase = stats_cfg.get("dependence_by_phase") or {}
-    factor = by_phase.get(doc_phase(doc), stats_cfg.get("dependence_factor", 1.0))
     return summarize_cell(doc, ladder, control, twin,
                           confidence=confidence or stats_cfg["confidence"],
                           resamples=stats_cfg["bootstrap_resamples"], seed=stats_cfg["seed"],
-                          thresholds=stats_cfg.get("threshold"), factor=factor)
+                          thresholds=stats_cfg.get("threshold"),
+                          factor=cell_factor(doc, stats_cfg))
 
 
-def doc_phase(doc: Mapping[str, Any]) -> str:
-    """A measured cell's phase (prefill or decode), from its workload."""
-    spec = doc.get("workload_spec") or next(
-        ({"n_prompt": s.get("n_prompt"), "n_gen": s.get("n_gen")}
-         for s in doc.get("samples") or []), {})
+def cell_factor(doc: Mapping[str, Any], stats_cfg: Mapping[str, Any]) -> float:
+    """The dependence factor a cell's standard errors take: its phase's (``with_dependence``),
+    else the run's."""
+    by_phase = stats_cfg.get("dependence_by_phase") or {}
+    return float(by_phase.get(doc_phase(doc), stats_cfg.get("dependence_factor", 1.0)))
+
+
+def doc_phase(doc: Mapping[str, Any],
+              samples: Sequence[Mapping[str, Any]] | None = None) -> str:
+    """A measured cell's phase (prefill or decode), from its workload (else from its first
+    sample's: ``samples``, the doc's own by default)."""
+    first = next(iter(doc.get("samples") or [] if samples is None else samples), None)
+    spec = doc.get("workload_spec") or (
+        {"n_prompt": first.get("n_prompt"), "n_gen": first.get("n_gen")} if first else {})
     return phase_of(spec)
 
 
@@ -493,7 +498,6 @@ def run_dependence(docs: Iterable[Mapping[str, Any]], control: str | None, twin:
     decode), so each is estimated from its own cells (``pooled_dependence``) and a bench cell
     takes its phase's. The run's ``factor`` (what a summary without a phase takes: the serving
     sections) is the largest of the phases'."""
-    docs = list(docs)
     by_phase: dict[str, list[list[float]]] = defaultdict(list)
     for doc in docs:
         by_phase[doc_phase(doc)].append(aa_series(doc, control, twin))

@@ -36,6 +36,8 @@ from typing import Iterable, Iterator, Sequence, TypedDict
 
 from snakemake_interface_storage_plugins.io import WILDCARD_REGEX
 
+from ladder.core.io import atomic_write_json
+
 SUFFIX = ".moment.json"
 # signals that come from outside the program: the OOM killer and `kill` (SIGKILL), a stop
 # from the terminal or the batch system (SIGTERM, SIGINT, SIGHUP); a SIGILL, SIGSEGV or SIGBUS
@@ -119,12 +121,17 @@ def mark(outputs: Iterable[str | os.PathLike[str]], moments: Sequence[Moment]) -
     for out in outputs:
         if Path(out).is_file():
             side = sidecar(out)
-            tmp = side.with_name(side.name + ".tmp")
-            tmp.write_text(json.dumps({"output": str(out), "moments": list(moments)},
-                                      indent=2) + "\n")
-            os.replace(tmp, side)
+            atomic_write_json(side, {"output": str(out), "moments": list(moments)})
             marked.append(side)
     return marked
+
+
+def reasons(side: Path) -> list[str]:
+    """The reasons a sidecar records."""
+    try:
+        return [m["reason"] for m in json.loads(side.read_text())["moments"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return ["(an unreadable sidecar)"]
 
 
 def derived(inputs: Iterable[str | os.PathLike[str]]) -> list[Moment]:
@@ -134,12 +141,8 @@ def derived(inputs: Iterable[str | os.PathLike[str]]) -> list[Moment]:
     for inp in inputs:
         side = sidecar(inp)
         if side.is_file():
-            try:
-                why = "; ".join(m["reason"] for m in json.loads(side.read_text())["moments"])
-            except (OSError, ValueError, KeyError, TypeError):
-                why = "(an unreadable sidecar)"
-            out.append({"reason": f"read {inp}, a failure of the moment ({why})",
-                        "seen_at": now()})
+            out.append({"reason": f"read {inp}, a failure of the moment "
+                                  f"({'; '.join(reasons(side))})", "seen_at": now()})
     return out
 
 
@@ -172,10 +175,7 @@ def retire(patterns: Iterable[str], attic: str | os.PathLike[str]) -> list[Retir
         out = side[: -len(SUFFIX)]
         dest = Path(attic, stamp, out.lstrip("/").replace("../", ""))
         dest.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            why = [m["reason"] for m in json.loads(Path(side).read_text()).get("moments", [])]
-        except (OSError, ValueError):
-            why = ["(an unreadable sidecar)"]
+        why = reasons(Path(side))
         if os.path.exists(out):
             shutil.move(out, dest)
         shutil.move(side, str(dest) + SUFFIX)

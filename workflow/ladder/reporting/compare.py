@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import math
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -197,7 +196,6 @@ def _compare_capacity(cb: Mapping[str, Any] | None, cn: Mapping[str, Any] | None
     if why:
         out["not_comparable"].append({"cell": what, "differ": why})
         return
-    dim = cn.get("dimension") or "rate"
     floor = _floor(cb["cell"], cn["cell"])
     key = cn["value_key"]  # the round's value: capacity_rps or capacity_streams
     rb = {r["rung"]: r for r in cb["rungs"]}
@@ -211,8 +209,7 @@ def _compare_capacity(cb: Mapping[str, Any] | None, cn: Mapping[str, Any] | None
                                 "call": "not measured", "text": "not measured in both runs"})
             continue
         # the grid the capacities were read off (a rate's resolution, a stream's one step)
-        step = (math.log(max(cb["resolution"], cn["resolution"])) if dim == "rate" else
-                max(grid_step(vb, {}, dim), grid_step(vn, {}, dim)))
+        step = max(grid_step(vb, cb["resolution"]), grid_step(vn, cn["resolution"]))
         bias = step if step > 0 else None
         est = stats.unpaired_ratio_ci(vb, vn, confidence, grid_sd(step, 1))
         censored = "; ".join(f"{run}: {words}" for run, words in
