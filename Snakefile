@@ -1,3 +1,4 @@
+import os
 import sys
 
 from snakemake.utils import min_version
@@ -9,6 +10,7 @@ from ladder.measuring.quality import cleanup_logits
 from ladder.core import progress
 from ladder.core.progress import announce_plan
 from ladder.core.outcome import recheck
+from ladder.planning.budget import RUN_ENV, new_run_id
 
 # the jobs whose time is measurement time, named by this workflow's rules (progress.py's own
 # list predates the serve rule; every measuring rule reaches progress.py, so an edit there
@@ -45,6 +47,9 @@ include: "workflow/rules/report.smk"
 # cluster node or in a subprocess leaves that to the run that plans
 if not (workflow.remote_exec or workflow.subprocess_exec):
     recheck(str(o) for r in workflow.rules for o in r.output)
+    # one identity for this invocation's jobs: the bench cells share measure.budget through
+    # its ledger (ladder.planning.budget); jobs inherit it (local and SLURM's exported env)
+    os.environ.setdefault(RUN_ENV, new_run_id())
 
 
 localrules:

@@ -3,7 +3,7 @@ import sys
 
 sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the ladder package
 from ladder.core.adapter import run_step
-from ladder.measuring.bench import bench_cell, measure
+from ladder.measuring.bench import Budget, bench_cell, measure
 from ladder.measuring.harness import Paths
 
 w = snakemake.wildcards
@@ -13,4 +13,5 @@ run_step(snakemake, lambda: measure(
     snakemake.params.rungs, snakemake.params.measure,
     Paths(snakemake.input.model, snakemake.output.raw, snakemake.output.samples, snakemake.log[0]),
     own_cpus=snakemake.threads,  # the job's CPUs (a shared SLURM node: fewer than the node's)
+    budget=Budget(w.host, snakemake.resources.budget_s, snakemake.resources.budget_cells),
 ))

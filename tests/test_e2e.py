@@ -72,13 +72,9 @@ def test_report_structure(report, run_dir):
     assert q4_0["requantized"] is True and q4_0["requantized_from"]["quant"] == "Q4_K_M"
 
 
-def _pilot_lost_a_round(unresolved: list[int], plan: dict) -> bool:
-    """Whether a round of the pilot stayed disturbed after re-measuring (rounds count from 1)."""
-    return any(1 <= r <= plan["pilot"] for r in unresolved)
-
-
 def test_every_sample_traces_to_a_raw_file(report, run_dir):
-    planned = 0  # cells whose rounds the pilot really planned
+    decided = 0  # comparisons the anytime-valid design decided at a look
+    ledger = []
     for cell in report["cells"]:
         doc = json.loads((run_dir / HOST / "bench" / "gemma3-270m" / cell["quant"] /
                           cell["workload"] / f"t{cell['threads']}.json").read_text())
@@ -90,18 +86,19 @@ def test_every_sample_traces_to_a_raw_file(report, run_dir):
         orders = doc["orders"]
         # one order per round, and one more per re-measured (disturbed) round
         dist = doc["disturbance"]
-        assert len(orders) == doc["warmup_rounds"] + doc["rounds"] + len(
+        seq = doc["sequential"]
+        assert len(orders) == doc["warmup_rounds"] + seq["measured_rounds"] + len(
             dist["remeasured"]) - len(dist["unresolved"]) and doc["rounds"] == 3
-        # the rounds were chosen by the pilot (3 rounds, within 3-3: the real path at no cost);
-        # a pilot round that stayed disturbed (the host's steal or load, measured) leaves fewer
-        # than 3 A/A pairs, and the plan says it fell back instead of planning on 2 rounds
-        plan = doc["rounds_plan"]
-        assert plan["pilot"] == 3 and plan["rounds"] == 3, plan
-        if _pilot_lost_a_round(dist["unresolved"], plan):
-            assert plan["sd"] is None and "no A/A pair over the pilot" in plan["why"], plan
-        else:
-            assert plan["sd"] is not None, plan
-            planned += 1
+        # the anytime-valid design, for real: a look after every round up to its maximum of 3,
+        # the cell's allowance from the run's budget (30 min shared by the 10 cells), and the
+        # cell's line in the run's ledger
+        assert seq["max"] == 3 and seq["stopped"] in {"decided", "cap"}, seq
+        assert seq["measured_rounds"] == 3 and doc["rounds_plan"] is None
+        assert doc["budget"]["cells"] == 10 and doc["budget"]["budget_s"] == 1800
+        assert 0 < seq["budget_s"] <= 1800 and seq["spent_s"] > 0
+        decided += len(seq["decided"])
+        ledger += [json.loads(line) for p in (run_dir / "logs" / "budget").glob("*/local.jsonl")
+                   for line in p.read_text().splitlines()]
         assert all(sorted(o) == sorted(orders[0]) for o in orders)
         assert {s["round"] for s in doc["samples"] if s["warmup"]} == {0}
         # repetitions auto: calibrated from the warmup round, the floor's (slowest) count the
@@ -115,7 +112,10 @@ def test_every_sample_traces_to_a_raw_file(report, run_dir):
                 assert sum(1 for s in clean if (s["rung"], s["round"]) == (rung, rnd)) == reps[
                     rung]
         assert all(s["rep"] == 0 for s in doc["samples"] if s["warmup"])
-    assert planned >= 1, "no cell's pilot was planned: every cell lost a pilot round"
+    # the floor's 20x steps are decided at the third look (unless a round stayed disturbed)
+    assert decided >= 1, "no comparison was decided"
+    assert {e["cell"] for e in ledger} >= {f"{c['quant']}/{c['workload']}/t{c['threads']}"
+                                           for c in report["cells"]}
 
 
 def test_noise_figures_and_verdicts(report):
@@ -129,9 +129,8 @@ def test_noise_figures_and_verdicts(report):
         assert nf["aa"]["rounds"] == 3 - len(lost) and nf["aa"]["sd_per_round"] is not None
         assert nf["floor"] == nf["aa"]["smallest_callable"] and nf["floor"] > 0
         assert "|control/twin - 1|" in nf["text"]
-        assert ("no A/A pair over the pilot" if _pilot_lost_a_round(lost, nf["rounds_plan"])
-                else "3-round pilot") in nf["text"], nf["text"]
-        assert nf["rounds_plan"]["rounds"] == 3
+        assert "measured until" in nf["text"] and nf["rounds_plan"] is None, nf["text"]
+        assert nf["stop"]["why"] in {"decided", "cap"}
         assert len(cell["cpus"]) == cell["threads"]  # where the cell ran: one CPU per thread
         for s in cell["steps"] + cell["vs_floor"]:
             v, r = s["verdict"], s["ratio"]
@@ -140,10 +139,14 @@ def test_noise_figures_and_verdicts(report):
             # round stayed disturbed: named, never judged)
             assert v["adjusted"] or v["call"] == "insufficient data" or (
                 v["call"] == "disturbed" and lost and "stayed disturbed" in v["text"]), v
-            if v["call"] in {"faster", "slower"}:  # significant and at least the threshold
+            assert s["stop"]["why"] in {"decided", "cap", "rung failed"}, s["stop"]
+            assert s["stop"]["text"] in v["text"]
+            if v["call"] in {"faster", "slower"}:  # its repeated interval excludes 1
                 assert v["p_value"] <= 0.05
-                assert (abs(math.log(r["estimate"])) - (v["widened"] or 0)
-                        >= math.log1p(v["threshold"]))
+                lo, hi = v["interval"]
+                assert lo > 1 or hi < 1
+                if v["beyond_threshold"]:  # at least the threshold: the interval beyond it
+                    assert lo >= 1 + v["threshold"] or hi <= 1 / (1 + v["threshold"])
             else:
                 assert "x faster" not in v["text"] and "x slower" not in v["text"]
     prefill = next(c for c in report["cells"]  # a cell none of whose rounds stayed disturbed

@@ -110,3 +110,137 @@ def test_the_policy_takes_its_defaults_from_the_schema_only():
     assert p.delta == block["retire"]["threshold"]["decode"] and p.rounds_rule is None
     with pytest.raises(KeyError):
         harness.policy_from({k: v for k, v in block.items() if k != "disturbance"}, threads=1)
+
+
+# --- the anytime-valid design (issue 56): a look after every round, a budget per cell --------
+
+@dataclass
+class Speeds(harness.Experiment):
+    """A bench-like experiment with no process: each rung's tokens/s is its ``speed`` times a
+    seeded log-normal round noise of SD ``sd``; each process takes ``seconds`` on a fake
+    clock (``clock``, read by the harness through ``time.monotonic``)."""
+
+    name: str
+    speed: dict
+    sd: float = 0.02
+    seconds: float = 1.0
+    clock: list = field(default_factory=lambda: [0.0])
+    ran: list = field(default_factory=list)
+
+    def process(self, cell, policy, at):
+        import zlib
+
+        import numpy as np
+
+        self.ran.append((at.name, at.rnd))
+        self.clock[0] += self.seconds
+        rng = np.random.default_rng(zlib.crc32(f"{at.name}/{at.rnd}/{at.attempt}".encode()))
+        tps = self.speed[at.name] * float(np.exp(self.sd * rng.standard_normal()))
+        return harness.Outcome({"samples": [{"rep": 0, "tokens_per_s": tps}]},
+                               {"foreign_cpu_share": 0.0, "steal_share": 0.0, "ncpu": 2},
+                               None, note="ok")
+
+
+def _ladder_cell(tmp_path, names=("floor", "native_repack", "vendor", "control")):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    rungs = []
+    for n in names:
+        prov = tmp_path / f"{n}.json"
+        prov.write_text(json.dumps({"status": "ok", "bin_dir": str(tmp_path), "build_key": n}))
+        rungs.append({"name": n, "provenance": str(prov), "runtime": {},
+                      "twin_of": "native_repack" if n == "control" else None})
+    return harness.open_cell("q4_0/pp128/t2", rungs, str(tmp_path / "raw"), seed=7)
+
+
+def _sequential_policy(budget_s=None, **seq):
+    block = {**{k: v for k, v in measure_block().items() if k in ("disturbance", "cpus")},
+             "rounds": 3, "timeout_s": 60, "warmup_rounds": 0, "repetitions": 1,
+             "round_statistic": "mean", "warmup": True, "seed": 7, "cpus": "none",
+             "sequential": {**measure_block()["sequential"], "enabled": True, **seq}}
+    return harness.policy_from(block, threads=1, phase="prefill", budget_s=budget_s)
+
+
+def _clocked(monkeypatch, exp):
+    monkeypatch.setattr(harness.time, "monotonic", lambda: exp.clock[0])
+
+
+def test_each_comparison_is_measured_until_it_is_decided(tmp_path, monkeypatch):
+    """The floor's 20x step is decided within the first looks and the floor leaves the rounds;
+    the A/A pair and the equal vendor step are decided equivalent later, and then the cell
+    stops: no round is measured once every comparison is decided."""
+    exp = Speeds("q4_0/pp128/t2", {"floor": 1.0, "native_repack": 20.0, "vendor": 20.0,
+                                   "control": 20.0})
+    _clocked(monkeypatch, exp)
+    cell, policy = _ladder_cell(tmp_path), _sequential_policy()
+    assert policy.retire is None and policy.rounds_rule is None and policy.horizon == 28
+    harness.measure(exp, cell, policy)
+    d = cell.decided
+    assert d["step:floor:native_repack"]["decision"] == "faster"
+    assert d["step:floor:native_repack"]["at"] <= 5 and cell.retired["floor"] <= 5
+    assert d["aa:native_repack:control"]["decision"] == "equivalent"
+    assert d["step:native_repack:vendor"]["decision"] == "equivalent"
+    assert cell.stopped == "decided"
+    last = max(x["at"] for x in d.values())
+    assert max(r for _, r in exp.ran) == last - 1 < 27  # rounds count from 0, looks from 1
+    assert not [r for n, r in exp.ran if n == "floor" and r >= cell.retired["floor"]]
+    meta = harness.cell_meta(cell, policy)["sequential"]
+    assert meta["stopped"] == "decided" and meta["measured_rounds"] == last
+    assert meta["threshold"] == 0.05 and meta["left"]["floor"] == cell.retired["floor"]
+
+
+def test_the_control_and_its_twin_stay_while_any_comparison_is_open(tmp_path, monkeypatch):
+    """A vendor step of 4 % in noise of 6 % is not decided within the cap: the A/A pair is
+    decided equivalent long before, yet the control runs every round the open step does
+    (the A/A check covers every round a call rests on); the cell stops at the cap."""
+    exp = Speeds("q4_0/pp128/t2", {"floor": 1.0, "native_repack": 20.0, "vendor": 20.8,
+                                   "control": 20.0}, sd=0.06)
+    _clocked(monkeypatch, exp)
+    cell, policy = _ladder_cell(tmp_path), _sequential_policy(max=12)
+    harness.measure(exp, cell, policy)
+    assert "step:native_repack:vendor" not in cell.decided and cell.stopped == "cap"
+    for name in ("native_repack", "vendor", "control"):
+        assert {r for n, r in exp.ran if n == name} == set(range(12)), name
+
+
+def test_a_cell_stops_on_its_budget_and_says_so(tmp_path, monkeypatch):
+    """Each process takes 1 s (a fake clock): an allowance of 20 s gives rounds of 4 rungs
+    until the next would overrun (never fewer than 3), and the cell records why it stopped."""
+    exp = Speeds("q4_0/pp128/t2", {"floor": 1.0, "native_repack": 20.0, "vendor": 20.8,
+                                   "control": 20.0}, sd=0.06)
+    _clocked(monkeypatch, exp)
+    cell, policy = _ladder_cell(tmp_path), _sequential_policy(budget_s=20.0)
+    harness.measure(exp, cell, policy)
+    assert cell.stopped == "budget" and cell.spent_s <= 20.0
+    assert 3 <= len(cell.round_seconds) <= 5
+    meta = harness.cell_meta(cell, policy)["sequential"]
+    assert meta["budget_s"] == 20.0 and meta["stopped"] == "budget"
+    tiny = _ladder_cell(tmp_path / "t")
+    exp2 = Speeds("q4_0/pp128/t2", exp.speed, sd=0.06)
+    _clocked(monkeypatch, exp2)
+    harness.measure(exp2, tiny, _sequential_policy(budget_s=1.0))
+    assert len(tiny.round_seconds) == 3 and tiny.stopped == "budget"  # the fewest judged
+
+
+def test_a_failed_rung_is_not_waited_for(tmp_path, monkeypatch):
+    """A rung that crashed gets no more rounds, and its open comparisons do not keep the cell
+    running: the rest is decided and the cell stops."""
+    exp = Speeds("q4_0/pp128/t2", {"floor": 1.0, "native_repack": 20.0, "vendor": 20.0,
+                                   "control": 20.0})
+    _clocked(monkeypatch, exp)
+
+    def crash(cell, policy, at, inner=exp.process):
+        if at.name == "vendor":
+            return harness.Outcome({}, {}, None, "SIGILL", crashed=True, raw="x.log")
+        return inner(cell, policy, at)
+
+    exp.process = crash  # type: ignore[method-assign]
+    cell = _ladder_cell(tmp_path)
+    harness.measure(exp, cell, _sequential_policy())
+    assert cell.status["vendor"]["status"] == "crashed" and cell.stopped == "decided"
+    assert not any(k.endswith(":vendor") for k in cell.decided)
+
+
+def test_the_sequential_settings_are_checked():
+    with pytest.raises(LadderError, match="measure.sequential.max 2"):
+        _sequential_policy(max=2)
+    assert harness.policy_from(measure_block(), threads=1, phase="decode").sequential is None

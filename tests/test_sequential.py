@@ -72,3 +72,41 @@ def test_the_repeated_interval_narrows_to_near_the_fixed_width():
     (0.01, 0.2, None), (-0.2, 0.2, None)])
 def test_three_decisions_on_the_interval(lo, hi, want):
     assert sequential.decide(lo, hi, 0.05) == want
+
+
+def test_the_repeated_p_agrees_with_the_interval_at_the_designs_level():
+    """The run's multiplicity step reads the repeated p-value: at the design's level it says
+    significant exactly when the repeated interval excludes 0 (up to the level grid's
+    interpolation, 10 % of the level), and it falls as the evidence grows. (Before round 8 the
+    design spends almost nothing at 5 %: its bound there is beyond the level grid.)"""
+    for n in (8, 12, 20, 28):
+        crit = sequential.look_critical(n, 28, 0.05)
+        assert sequential.repeated_p(crit * 1.03, n, 28) < 0.05 < sequential.repeated_p(
+            crit * 0.97, n, 28)
+        assert sequential.repeated_p(crit, n, 28) == pytest.approx(0.05, rel=0.1)
+    ps = [sequential.repeated_p(t, 20, 28) for t in (0.5, 1.5, 2.5, 4.0, 8.0)]
+    assert ps == sorted(ps, reverse=True) and ps[-1] < 1e-3
+    # early looks are strict (O'Brien-Fleming): the same t is worth less at round 4 than at 28
+    assert sequential.repeated_p(3.0, 4, 28) > sequential.repeated_p(3.0, 28, 28)
+
+
+def test_a_look_decides_each_comparison_once_and_names_the_rungs_still_needed():
+    """``look`` (pure) over samples of a floor, a step and an A/A pair: the floor's 20x step is
+    decided faster, the rest stays open; a decided comparison is not looked at again; the
+    control and its twin stay needed while anything is open."""
+    rng = np.random.default_rng(5)
+    speed = {"floor": 1.0, "native": 20.0, "vendor": 21.0, "control": 20.0}
+    samples = [{"rung": n, "round": r, "tokens_per_s": v * math.exp(0.08 * rng.standard_normal())}
+               for r in range(6) for n, v in speed.items()]
+    ladder = ["floor", "native", "vendor"]
+    new = sequential.look(samples, ladder, "control", "native", {}, 28, 0.05, 1.1, 0.05)
+    assert new["step:floor:native"]["decision"] == "faster"
+    assert new["step:floor:native"]["rounds"] == 6
+    assert "step:native:vendor" not in new and "aa:native:control" not in new
+    again = sequential.look(samples, ladder, "control", "native", new, 28, 0.05, 1.1, 0.05)
+    assert not set(again) & set(new)
+    comps = sequential.cell_comparisons(ladder, "control", "native", set(speed))
+    need = sequential.still_needed(comps, new, "control", "native")
+    assert need == {"native", "vendor", "control"}  # the floor's comparisons are all decided
+    everything = {sequential.comparison_key(*c): {} for c in comps}
+    assert sequential.still_needed(comps, everything, "control", "native") == set()

@@ -11,6 +11,8 @@ rule bench:
     threads: host_threads
     resources:
         **host_resources(mem_mb=4000, runtime=120),
+        budget_s=bench_budget_s,
+        budget_cells=bench_budget_cells,
     params:
         rungs=rung_params,
         workload=lambda wc: config["measure"]["workloads"][wc.workload],

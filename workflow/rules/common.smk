@@ -605,9 +605,22 @@ def hotspot_workloads(wildcards):
 
 def bench_settings(wildcards):
     """One bench cell's measurement settings: measure less what names the other cells (the
-    workloads, quants and thread counts), so adding a cell re-measures no other."""
-    skip = ("workloads", "quants", "threads")
+    workloads, quants and thread counts), so adding a cell re-measures no other, and less the
+    run's budget (shared at run time: bench_budget)."""
+    skip = ("workloads", "quants", "threads", "budget")
     return {k: v for k, v in config["measure"].items() if k not in skip}
+
+
+def bench_budget_s(wildcards):
+    """The host's measuring budget in seconds (measure.budget; 0: none), a resource so that
+    changing it re-measures nothing (ladder.planning.budget)."""
+    minutes = config["measure"].get("budget")
+    return int(round(float(minutes) * 60)) if minutes else 0
+
+
+def bench_budget_cells(wildcards):
+    """How many bench cells the host's budget is shared by."""
+    return len(host_plan(wildcards.host).cells())
 
 
 def hotspot_threads(wildcards):

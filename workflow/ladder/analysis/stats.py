@@ -48,6 +48,7 @@ from scipy import stats as sps
 from ladder.analysis import wording
 from ladder.analysis.wording import METHOD, UNPAIRED_METHOD
 from ladder.core.errors import LadderError
+from ladder.planning.sequential import comparison_key, look_critical, repeated_p
 # the protocol's definitions, shared with the measurement (which never imports this module)
 from ladder.planning.protocol import (
     ASSUMED_RHO,
@@ -87,6 +88,10 @@ class RatioEstimate:
     se_log: float | None = None  # standard error of the mean log ratio
     df: float | None = None  # degrees of freedom of the t-distribution used
     p_value: float | None = None  # two-sided test of "no difference" (ratio 1)
+    # a comparison of a cell measured by the anytime-valid design (issue 56): its interval is
+    # the design's repeated interval at the look after n rounds (``sequential.look_critical``
+    # of a design looking after every round up to ``design_max``), its p the repeated p-value
+    design_max: int | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,7 @@ class Verdict:
     # a call whose printed interval lies wholly beyond the threshold ("at least δ faster"); a
     # call whose interval reaches inside it says "by less than δ not ruled out"
     beyond_threshold: bool | None = None
+    interval: list[float] | None = None  # the printed interval (ratio scale)
 
 
 def round_statistic(doc: Mapping[str, Any]) -> str:
@@ -121,20 +127,39 @@ def _p_two_sided(mean: float, se: float, df: float) -> float:
     return float(2 * sps.t.sf(abs(mean) / se, df))
 
 
+def critical(r: RatioEstimate, confidence: float) -> float:
+    """The interval's critical value (standard errors) at ``confidence``: Student's t with the
+    estimate's degrees of freedom, or, for a comparison of the anytime-valid design, the
+    design's repeated interval at the look after its rounds (``sequential.look_critical``)."""
+    if r.design_max:
+        return look_critical(r.n, r.design_max, 1 - confidence)
+    return _tq(confidence, float(r.df or 1))
+
+
 def _estimate(mean: float, se: float, df: float, n: int, per_round: list[float],
-              confidence: float, method: str, sd: float | None) -> RatioEstimate:
-    half = _tq(confidence, df) * se
+              confidence: float, method: str, sd: float | None,
+              design_max: int | None = None) -> RatioEstimate:
+    if design_max:
+        half = look_critical(n, design_max, 1 - confidence) * se
+        p = (repeated_p(abs(mean) / se, n, design_max) if se
+             else (0.0 if mean != 0 else 1.0))
+    else:
+        half, p = _tq(confidence, df) * se, _p_two_sided(mean, se, df)
     return RatioEstimate(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n,
-                         per_round, confidence, method, sd, se, df, _p_two_sided(mean, se, df))
+                         per_round, confidence, method, sd, se, df, p, design_max)
 
 
 def ratio_ci(ratios: Sequence[float], confidence: float = 0.95,
-             factor: float = 1.0, grid_sd: float = 0.0) -> RatioEstimate:
+             factor: float = 1.0, grid_sd: float = 0.0,
+             design_max: int | None = None) -> RatioEstimate:
     """Paired ratios: geometric mean, t-interval and paired t-test on the mean of their logs,
     the variance of the mean taken ``factor`` times sd²/n (dependent rounds: the run's measured
     factor, ``run_dependence``). ``grid_sd``: the per-round SD (log scale) that values read off
     a grid carry whatever they show (a capacity search's steps: ``server_load_view``), added in
-    quadrature, so identical rounds never give a zero-width interval or p = 0."""
+    quadrature, so identical rounds never give a zero-width interval or p = 0.
+    ``design_max``: the rounds were measured by the anytime-valid design looking after every
+    round up to this many (``ladder.planning.sequential``): the interval is its repeated
+    interval and the p its repeated p-value, valid however the cell chose to stop."""
     n = len(ratios)
     if n == 0:
         return RatioEstimate(None, None, None, 0, [], confidence)
@@ -144,9 +169,9 @@ def ratio_ci(ratios: Sequence[float], confidence: float = 0.95,
     sd = math.hypot(float(logs.std(ddof=1)), grid_sd)
     factor = max(1.0, float(factor))
     se = sd / math.sqrt(n) * math.sqrt(factor)
-    method = wording.method(factor)
+    method = wording.method(factor, design_max)
     return _estimate(float(logs.mean()), se, n - 1, n, [float(r) for r in ratios], confidence,
-                     method, sd)
+                     method, sd, design_max)
 
 
 def unpaired_ratio_ci(base: Sequence[float], other: Sequence[float],
@@ -179,7 +204,12 @@ def verdict(r: RatioEstimate, threshold: float | None, *, bias: float = 0.0,
     and taken off the estimate before the test (``bias_why`` names another source of it, e.g. a
     capacity search's resolution). ``selected``: the run's Benjamini-Hochberg
     decision (None: the comparison's own test at 1 - confidence). ``shown_confidence``: the
-    level of the printed interval (a selected comparison's false-coverage-adjusted level)."""
+    level of the printed interval (a selected comparison's false-coverage-adjusted level).
+
+    A comparison of the anytime-valid design (``r.design_max``) is judged on its repeated
+    interval, δ on the interval (issue 56): faster/slower by at least δ when it lies wholly
+    beyond ±δ, equivalent when wholly inside it, else as it stands when the cell stopped
+    ("faster, by less than δ not ruled out" when it excludes 1, or inconclusive)."""
     if r.estimate is None or r.se_log is None or r.df is None or r.n < 3:
         return Verdict("insufficient data", False, wording.insufficient(r.n))
     if threshold is None:
@@ -188,18 +218,38 @@ def verdict(r: RatioEstimate, threshold: float | None, *, bias: float = 0.0,
     m, se, df = math.log(r.estimate), r.se_log, r.df
     band = math.log1p(threshold)
     shrunk = max(0.0, abs(m) - bias)
-    p = _p_two_sided(shrunk, se, df)
+    if r.design_max:
+        p = repeated_p(shrunk / se, r.n, r.design_max) if se else (0.0 if shrunk else 1.0)
+    else:
+        p = _p_two_sided(shrunk, se, df)
     significant = (p <= alpha) if selected is None else bool(selected and p <= alpha)
     conf = shown_confidence or r.confidence
-    half = _tq(conf, df) * se + bias
+    half = critical(r, conf) * se + bias
     lo, hi = math.exp(m - half), math.exp(m + half)
-    mde = smallest_callable(se, df, alpha, threshold, bias=bias)
+    crit = critical(r, r.confidence) if r.design_max else None
+    mde = smallest_callable(se, df, alpha, threshold, bias=bias, crit=crit)
     ci = wording.interval(conf, lo, hi, bool(shown_confidence), bias, bias_why)
     common: dict[str, Any] = dict(resolving_power=mde, threshold=threshold, p_value=p,
-                  adjusted=selected is not None, widened=bias or None)
+                  adjusted=selected is not None, widened=bias or None, interval=[lo, hi])
+    beyond = (lo >= math.exp(band)) if m > 0 else (hi <= math.exp(-band))
+    if r.design_max:
+        if significant and beyond:
+            call = "faster" if m > 0 else "slower"
+            return Verdict(call, True, wording.called(r.estimate, call, True, ci, p, threshold),
+                           beyond_threshold=True, **common)
+        if math.exp(-band) <= lo and hi <= math.exp(band):
+            return Verdict("equivalent", significant,
+                           wording.equivalent(threshold, conf, lo, hi), **common)
+        if significant:
+            call = "faster" if m > 0 else "slower"
+            return Verdict(call, True, wording.called(r.estimate, call, False, ci, p, threshold),
+                           beyond_threshold=False, **common)
+        reason = "after_adjustment" if p <= alpha else "not_significant"
+        return Verdict("inconclusive", False,
+                       wording.inconclusive(reason, p, threshold, ci, wording.power(mde, POWER)),
+                       **common)
     if significant and shrunk >= band:
         call = "faster" if m > 0 else "slower"
-        beyond = (lo >= math.exp(band)) if m > 0 else (hi <= math.exp(-band))
         return Verdict(call, True, wording.called(r.estimate, call, beyond, ci, p, threshold),
                        beyond_threshold=beyond, **common)
     t90 = _tq(1 - 2 * alpha, df) * se + bias
@@ -240,8 +290,9 @@ def aa_figures(ct: RatioEstimate | None, threshold: float) -> dict[str, Any] | N
     return {"point": abs(ct.estimate - 1), "estimate": ct.estimate, "ci": [ct.lo, ct.hi],
             "confidence": ct.confidence, "sd_per_round": ct.sd_log, "se": ct.se_log,
             "rounds": ct.n, "threshold": threshold,
-            "smallest_callable": smallest_callable(ct.se_log, ct.df, 1 - ct.confidence,
-                                                   threshold)}
+            "smallest_callable": smallest_callable(
+                ct.se_log, ct.df, 1 - ct.confidence, threshold,
+                crit=critical(ct, ct.confidence) if ct.design_max else None)}
 
 
 def interval_reach(r: RatioEstimate) -> float | None:
@@ -317,7 +368,8 @@ def rung_summary(samples: Sequence[Mapping[str, Any]], rung: str, confidence: fl
 
 
 def cell_control(samples: Sequence[Mapping[str, Any]], control: str | None, twin: str | None,
-                 confidence: float, statistic: str = "mean", factor: float = 1.0
+                 confidence: float, statistic: str = "mean", factor: float = 1.0,
+                 design_max: int | None = None
                  ) -> tuple[RatioEstimate | None, float | None]:
     """The cell's control/twin estimate over every round in which both were measured (the
     rounds with the floor included: every round a call of the cell rests on, issue 56) and the
@@ -327,7 +379,7 @@ def cell_control(samples: Sequence[Mapping[str, Any]], control: str | None, twin
     if not (control and twin and control in measured and twin in measured):
         return None, None
     ct = paired_ratios(samples, twin, control, statistic)
-    return ratio_ci(ct, confidence, factor), max_round_deviation(ct)
+    return ratio_ci(ct, confidence, factor, design_max=design_max), max_round_deviation(ct)
 
 
 def position_effects(samples: Sequence[Mapping[str, Any]], statistic: str = "mean"
@@ -359,6 +411,8 @@ def judge(comp: dict[str, Any], selected: bool | None = None,
     r = RatioEstimate(**comp["ratio"])
     v = verdict(r, comp["threshold"], bias=comp.get("bias") or 0.0, selected=selected,
                 shown_confidence=shown_confidence, bias_why=comp.get("bias_why"))
+    if comp.get("stop"):  # the anytime-valid design: how many rounds it took, and why
+        v = replace(v, text=wording.with_stop(v.text, comp["stop"]["text"]))
     why_not = comp.get("no_equivalence")
     if why_not and v.call == "equivalent":  # e.g. censored values: they only hide differences
         v = replace(v, call="inconclusive", text=wording.not_equivalent(why_not, v.text))
@@ -400,15 +454,22 @@ def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str |
     rungs = {n: rung_summary(samples, n, confidence, resamples, seed, statistic) for n in names}
     phase = doc_phase(doc, samples)
     delta = threshold_for(thresholds, phase)
-    ct, max_dev = cell_control(samples, control, twin, confidence, statistic, factor)
+    seq = doc.get("sequential") or None
+    design = int(seq["max"]) if seq else None
+    ct, max_dev = cell_control(samples, control, twin, confidence, statistic, factor, design)
     check = control_check(ct)
     aa = aa_figures(ct, delta)
 
     def compare(base: str, other: str, kind: str) -> dict[str, Any]:
-        r = ratio_ci(steady_ratios(samples, base, other, statistic), confidence, factor)
+        # the anytime-valid design reads every round both were measured in (its looks did)
+        ratios = (paired_ratios(samples, base, other, statistic) if seq
+                  else steady_ratios(samples, base, other, statistic))
+        r = ratio_ci(ratios, confidence, factor, design_max=design)
         comp = {"kind": kind, "base": base, "rung": other, "ratio": asdict(r),
                 "threshold": delta, "bias": check["bias"], "unresolved": unresolved,
-                "control_failed": check["passed"] is False}
+                "control_failed": check["passed"] is False,
+                **({"stop": stop_record(seq, kind, base, other, r, delta, factor)}
+                   if seq else {})}
         comp["verdict"] = judge(comp)
         return comp
 
@@ -423,8 +484,11 @@ def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str |
                         "definition": wording.NOISE_FLOOR_DEFINITION,
                         "threshold": delta, "aa": aa, "control_check": check,
                         "text": wording.aa_text(aa, control, twin, doc.get("rounds_plan"),
-                                                POWER),
+                                                POWER) + wording.cell_stop(seq, ct.n if ct
+                                                                           else 0),
                         "rounds_plan": doc.get("rounds_plan"),
+                        "stop": (stop_record(seq, "aa", twin, control, ct, delta, factor)
+                                 if seq and ct and twin and control else None),
                         "max_round_deviation": max_dev,
                         "control_vs_twin": asdict(ct) if ct else None},
         "positions": {str(k): v for k, v in sorted(position_effects(samples, statistic).items())},
@@ -435,6 +499,47 @@ def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str |
                         "reasons": sorted({r for m in dist.get("remeasured") or []
                                            for r in m.get("reasons") or []})[:5]},
     }
+
+
+def stop_record(seq: Mapping[str, Any], kind: str, base: str, other: str,
+                r: RatioEstimate, threshold: float, factor: float) -> dict[str, Any]:
+    """Why a comparison of the anytime-valid design stopped being measured, from the cell's
+    record (``harness.sequential_meta``): decided at a look (with what the look decided, under
+    the dependence the cell allowed for), or still open when the cell stopped (its budget, the
+    design's maximum, or a rung that failed). An open one says how many rounds, and minutes
+    at the cell's pace, would decide it at the noise and effect it measured
+    (``rounds_to_decide``)."""
+    d = (seq.get("decided") or {}).get(comparison_key(kind, base, other))
+    why = "decided" if d else str(seq.get("stopped") or "cap")
+    if not d and why == "decided":  # the cell stopped on its other comparisons: a rung failed
+        why = "rung failed"
+    need = None
+    if not d and r.estimate and r.sd_log is not None:
+        need = rounds_to_decide(math.log(r.estimate), r.sd_log, factor, int(seq["max"]),
+                                float(seq.get("alpha") or 0.05), threshold)
+    per_round = (float(seq.get("spent_s") or 0) / seq["measured_rounds"]
+                 if seq.get("measured_rounds") else None)
+    return {"rounds": r.n, "why": why, "at": d.get("at") if d else None,
+            "decision": d.get("decision") if d else None, "max": int(seq["max"]),
+            "rounds_to_decide": need,
+            "text": wording.stop(why, r.n, d.get("decision") if d else None,
+                                 seq.get("budget_s"), int(seq["max"]), need, per_round)}
+
+
+def rounds_to_decide(m: float, sd: float, factor: float, n_max: int, alpha: float,
+                     threshold: float, limit: int = 400) -> int | None:
+    """The fewest rounds at which a comparison with this per-round SD and mean log ratio would
+    be decided (its repeated interval, for a design of at least that many rounds, wholly beyond
+    ±δ or wholly inside it), if the effect stays as measured; None: not within ``limit``
+    (the effect sits on ±δ)."""
+    gap = abs(abs(m) - math.log1p(threshold))
+    if sd <= 0:
+        return MIN_ROUNDS
+    for n in range(MIN_ROUNDS, limit + 1):
+        crit = look_critical(n, max(n, n_max), alpha) if n <= n_max else _tq(1 - alpha, n - 1)
+        if crit * sd * math.sqrt(max(1.0, factor)) / math.sqrt(n) <= gap:
+            return n
+    return None
 
 
 def summarize(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,

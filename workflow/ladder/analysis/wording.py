@@ -19,10 +19,16 @@ NO_THRESHOLD = ("not judged: no threshold (a cell it is compared with has no noi
 NO_CONTROL = "no control check (control or twin not measured)"
 
 
-def method(factor: float) -> str:
+SEQUENTIAL_METHOD = ("geometric mean of per-round ratios; repeated confidence interval and "
+                     "p-value of a group-sequential design looking after every round up to "
+                     "{max} (O'Brien-Fleming-type spending), valid whenever the cell stopped")
+
+
+def method(factor: float, design_max: int | None = None) -> str:
     """A paired estimate's method, with the dependence factor its standard error took."""
-    return METHOD + (f"; standard error x{math.sqrt(factor):.2f} for dependent rounds"
-                     if factor > 1 else "")
+    base = SEQUENTIAL_METHOD.format(max=design_max) if design_max else METHOD
+    return base + (f"; standard error x{math.sqrt(factor):.2f} for dependent rounds"
+                   if factor > 1 else "")
 
 
 def fmt_ratio(x: float) -> str:
@@ -39,6 +45,44 @@ def pct(x: float) -> str:
 
 
 # --- a comparison's verdict (stats.verdict, stats.judge) --------------------------------------
+def stop(why: str, rounds: int, decision: str | None, budget_s: float | None,
+         max_rounds: int, need: int | None = None, per_round_s: float | None = None) -> str:
+    """Why a comparison of the anytime-valid design stopped being measured (issue 56), and for
+    an open one what would decide it (``need`` rounds at the measured noise and effect; its
+    minutes at the cell's pace ``per_round_s``)."""
+    if why == "decided":
+        return f"decided ({decision}) after {rounds} rounds"
+    if need is None:
+        more = "; its effect sits on the threshold: no number of rounds decides it"
+    else:
+        mins = f", ~{need * per_round_s / 60:.1f} min at this cell's pace" if per_round_s else ""
+        more = f"; at the noise and effect measured, ~{need} rounds would decide it{mins}"
+    if why == "budget":
+        spent = f" ({budget_s / 60:.1f} min)" if budget_s else ""
+        return f"open after {rounds} rounds: the cell's budget{spent} was spent{more}"
+    if why == "rung failed":
+        return f"open after {rounds} rounds: a rung it compares stopped (failed or crashed)"
+    return f"open after {rounds} rounds: the design's maximum ({max_rounds} rounds){more}"
+
+
+def with_stop(text: str, stop_text: str) -> str:
+    return f"{text}; {stop_text}"
+
+
+def cell_stop(seq: Mapping[str, Any] | None, aa_rounds: int) -> str:
+    """How a cell of the anytime-valid design ended ("" for another design)."""
+    if not seq:
+        return ""
+    why = {"decided": "every comparison decided", "budget": "its budget spent",
+           "cap": f"the design's maximum of {seq['max']} rounds"}.get(
+        str(seq.get("stopped")), str(seq.get("stopped")))
+    budget = seq.get("budget_s")
+    return (f"; measured until {why} ({seq.get('measured_rounds')} rounds, "
+            f"{float(seq.get('spent_s') or 0) / 60:.1f} min"
+            + (f" of an allowance of {budget / 60:.1f} min" if budget else "")
+            + f"; the A/A pair over {aa_rounds} of them)")
+
+
 def insufficient(n: int) -> str:
     return f"insufficient data ({n} paired rounds; at least 3 needed)"
 

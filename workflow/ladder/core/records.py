@@ -126,6 +126,23 @@ class RoundsPlan(TypedDict, total=False):
     before: int
 
 
+class SequentialRecord(TypedDict, total=False):
+    """How a cell of the anytime-valid design was measured (``harness.sequential_meta``)."""
+
+    rule: Required[str]
+    alpha: Required[float]
+    max: Required[int]
+    rho: Required[float]
+    factor: Required[float]
+    threshold: Required[float]
+    budget_s: Required[float | None]
+    spent_s: Required[float]
+    measured_rounds: Required[int]
+    stopped: Required[str | None]  # decided | budget | cap
+    decided: Required[dict[str, dict[str, Any]]]  # comparison key -> its decision
+    left: Required[dict[str, int]]  # rung -> the measured rounds after which it left
+
+
 class CellDoc(TypedDict, total=False):
     """A bench cell's samples file (format ladder-samples/1): what the cell is, how it was
     measured (``harness.cell_meta``), every rung's status and every sample."""
@@ -154,6 +171,8 @@ class CellDoc(TypedDict, total=False):
     samples: Required[list[Sample]]
     disturbance: dict[str, Any]
     retire: dict[str, Any] | None
+    sequential: SequentialRecord | None
+    budget: dict[str, Any] | None  # the cell's allowance of measure.budget (planning.budget)
     cpus: list[int] | None
     experiment: str  # a serving point's
     point: str

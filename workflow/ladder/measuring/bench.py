@@ -22,6 +22,7 @@ from ladder.core.records import CellDoc, RungEntry
 from ladder.measuring import harness
 from ladder.measuring.harness import Attempt, Cell, Outcome, Paths, Policy
 from ladder.measuring.llama_bench import bench_argv
+from ladder.planning import budget as budgets
 from ladder.planning import protocol
 
 FORMAT = "ladder-samples/1"
@@ -118,9 +119,20 @@ class BenchCell(harness.Experiment):
             f"{policy.rep_rule['max']} repetitions)")
 
 
+@dataclass
+class Budget:
+    """The run's measuring budget as a job sees it: its host, the host's budget in seconds
+    (0: none) and the cells it is shared by (``ladder.planning.budget``)."""
+
+    host: str
+    budget_s: float
+    cells: int
+
+
 def measure(exp: BenchCell, rungs: Sequence[RungEntry], block: Mapping[str, Any],
             paths: Paths, identity: Mapping[str, Any] | None = None,
-            one_build: bool = False, own_cpus: int | None = None) -> CellDoc:
+            one_build: bool = False, own_cpus: int | None = None,
+            budget: Budget | None = None) -> CellDoc:
     """Run ``warmup_rounds + rounds`` interleaved rounds of the cell (``harness.measure``);
     ``block``: its ``measure`` settings, read by ``harness.policy_from``. Warmup-round samples
     are kept but flagged (``"warmup": true``) and never enter the statistics.
@@ -150,10 +162,21 @@ def measure(exp: BenchCell, rungs: Sequence[RungEntry], block: Mapping[str, Any]
     rest). ``identity``: what the cell is, carried by the result (a serving point's
     experiment). ``one_build``: every rung is one build's binary (a toggle, a lever's
     settings); when that build failed or is not applicable, the cell is written with each
-    rung's status and no samples (the report names it), instead of failing the workflow."""
+    rung's status and no samples (the report names it), instead of failing the workflow.
+
+    With ``sequential.enabled`` (the default) the pilot and the looks above give way to the
+    anytime-valid design: a look after every round, each comparison measured until it is
+    decided, within the cell's allowance of the run's ``budget`` (``ladder.planning.budget``),
+    recorded with the cell (``sequential``, ``budget``) and in the run's ledger."""
+    ledger = budgets.ledger_path(budget.host) if budget else None
+    allowed = (budgets.allowance(budget.budget_s, budget.cells, exp.name,
+                                 budgets.read_ledger(ledger))
+               if budget and budget.budget_s else None)
     cell, policy, meta = harness.run_cell(
         exp, rungs, block, paths, (exp.threads, protocol.phase_of(exp.workload), own_cpus),
-        none_ok=one_build)
+        none_ok=one_build, budget_s=allowed["allowance_s"] if allowed else None)
+    if policy.sequential:
+        budgets.record(ledger, exp.name, cell.spent_s, policy.budget_s, cell.stopped)
     doc: CellDoc = cast(CellDoc, {
         **dict(identity or {}), "format": FORMAT, **meta, "quant": exp.quant,
         "workload": exp.workload_name, "workload_spec": dict(exp.workload),
@@ -162,7 +185,8 @@ def measure(exp: BenchCell, rungs: Sequence[RungEntry], block: Mapping[str, Any]
                   ("model", "quant", "sha256", "requantized", "size_bytes")},
         "repetitions": policy.reps,
         "repetitions_by_rung": {r["name"]: exp.reps(r["name"], policy) for r in rungs},
-        "auto_repetitions": policy.rep_rule, "warmup": policy.warmup, "samples": cell.samples,
+        "auto_repetitions": policy.rep_rule, "warmup": policy.warmup,
+        "budget": allowed if policy.sequential else None, "samples": cell.samples,
     })
     atomic_write_json(paths.out_json, doc)
     return doc

@@ -5,7 +5,8 @@ Per cell: every built rung once per round, in a fresh seeded order (``round_orde
 rounds flagged; each process pinned to the cell's CPU set and its placement read back; what the
 machine gave each process recorded, and a measured round in which one was clearly disturbed
 measured again in a fresh order (``measure_round``); a rung that fails or crashes becomes its
-status and is not run again; the early looks and the pilot (bench cells). An experiment
+status and is not run again; the early looks and the pilot, or the anytime-valid design's look
+after every round and the cell's budget (bench cells). An experiment
 supplies only how to run one process of one rung and read its records (``Experiment.process``).
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +26,7 @@ from ladder.core.io import read_json
 from ladder.core.machine import cpu_set, host_brief
 from ladder.core.records import RoundsPlan, RungEntry, RungStatus, Sample
 from ladder.core.status import unbuilt_status
-from ladder.planning import protocol
+from ladder.planning import protocol, sequential
 
 
 def cell_seed(seed: int, cell: str) -> int:
@@ -128,10 +130,17 @@ class Policy:
     # rounds chosen at a pilot look from the cell's A/A spread (target resolved to its phase);
     # None: the fixed ``rounds``
     rounds_rule: dict[str, Any] | None = None
+    # the anytime-valid design (issue 56): a look after every round, each comparison measured
+    # until it is decided (``sequential.look``), at most ``max`` rounds; its threshold resolved
+    # to the cell's phase. None: the fixed rounds (or the pilot) and the Haybittle-Peto looks
+    sequential: dict[str, Any] | None = None
+    budget_s: float | None = None  # the cell's share of measure.budget (None: no budget)
 
     @property
     def horizon(self) -> int:
         """The most measured rounds a cell can get."""
+        if self.sequential:
+            return int(self.sequential["max"])
         return max(int(self.rounds_rule["max"]), self.rounds) if self.rounds_rule else self.rounds
 
     @property
@@ -147,18 +156,23 @@ class Policy:
 
 
 def policy_from(block: Mapping[str, Any], threads: int, phase: str | None = None,
-                own_cpus: int | None = None) -> Policy:
+                own_cpus: int | None = None, budget_s: float | None = None) -> Policy:
     """A cell's policy from its config block (``measure``, or a serving experiment's block of
     the same keys): rounds, timeout_s, disturbance and cpus always; warmup_rounds, repetitions,
     round_statistic and warmup as given; auto_repetitions, retire (with its threshold) and
     rounds_from_noise where the experiment uses them (a bench cell: ``phase`` names its
-    threshold). ``own_cpus``: the job's CPUs (``disturbed``)."""
+    threshold), or, in their place, the anytime-valid design ``sequential`` when it is enabled.
+    ``own_cpus``: the job's CPUs (``disturbed``); ``budget_s``: the cell's share of the run's
+    measuring budget (``sequential`` only)."""
     statistic = protocol.checked_statistic(block["round_statistic"])
     reps = block["repetitions"]
     protocol.check_repetitions(reps, int(block["warmup_rounds"]), statistic)
     retire = block.get("retire")
     delta = protocol.threshold_for(retire["threshold"], phase) if retire and phase else 0.0
     rule = block.get("rounds_from_noise")
+    seq = protocol.check_sequential(block.get("sequential"), phase) if phase else None
+    if seq:  # the design's looks replace the pilot and the Haybittle-Peto looks
+        retire, rule, delta = None, None, float(seq["threshold"])
     return Policy(
         rounds=int(block["rounds"]), warmup_rounds=int(block["warmup_rounds"]), reps=reps,
         statistic=statistic, warmup=bool(block["warmup"]), timeout_s=float(block["timeout_s"]),
@@ -167,7 +181,8 @@ def policy_from(block: Mapping[str, Any], threads: int, phase: str | None = None
         rep_rule=dict(block["auto_repetitions"]) if reps == "auto" else None,
         retire={k: v for k, v in retire.items() if k != "threshold"} if retire else None,
         delta=delta,
-        rounds_rule=protocol.check_rounds_rule(rule, phase, delta) if rule and phase else None)
+        rounds_rule=protocol.check_rounds_rule(rule, phase, delta) if rule and phase else None,
+        sequential=seq, budget_s=budget_s if seq else None)
 
 
 @dataclass
@@ -192,6 +207,13 @@ class Cell:
     retired: dict[str, int] = field(default_factory=dict)
     rounds: int = 0  # measured rounds planned (the horizon until a pilot look chooses them)
     rounds_plan: RoundsPlan | None = None
+    # the anytime-valid design's record: each decided comparison (``sequential.look``), why
+    # the cell stopped, and the time its measured rounds took
+    decided: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stopped: str | None = None
+    round_seconds: list[float] = field(default_factory=list)
+    round_sizes: list[int] = field(default_factory=list)  # processes in each timed round
+    spent_s: float = 0.0  # the whole round loop, warmup rounds and re-measures included
 
     @property
     def samples(self) -> list[Sample]:
@@ -426,6 +448,46 @@ def pilot(cell: Cell, policy: Policy, measured: int) -> None:
     progress.step("pilot", measured, cell.rounds, plan["why"])
 
 
+def sequential_look(cell: Cell, policy: Policy, measured: int) -> None:
+    """After a measured round (the anytime-valid design): decide what the rounds so far decide
+    (``sequential.look``) and retire every rung no open comparison needs any more
+    (``sequential.still_needed``); with nothing open the cell has no further round."""
+    seq = policy.sequential
+    if not seq or measured < sequential.MIN_ROUNDS:
+        return
+    ladder, control, twin = cell.roles()
+    new = sequential.look(cell.samples, ladder, control, twin, cell.decided, int(seq["max"]),
+                          float(seq["alpha"]), float(seq["factor"]), policy.delta,
+                          policy.statistic)
+    for key, d in new.items():
+        cell.decided[key] = {**d, "at": measured}
+    measured_names = {str(s["rung"]) for s in protocol.clean_samples(cell.samples)}
+    # a comparison with a rung that failed or crashed gets no more rounds: it is not waited for
+    comps = [c for c in sequential.cell_comparisons(ladder, control, twin, measured_names)
+             if all(cell.status[n]["status"] == "measured" for n in c[1:])]
+    need = sequential.still_needed(comps, cell.decided, control, twin)
+    for name in sorted(set(cell.active) - need - set(cell.retired)):
+        cell.retired[name] = measured
+    if new:
+        progress.step("look", measured, cell.rounds, "decided: " + ", ".join(
+            f"{k.split(':', 1)[1].replace(':', ' -> ')} {d['decision']}"
+            for k, d in sorted(new.items())))
+    if not need:
+        cell.stopped = "decided"
+
+
+def over_budget(cell: Cell, policy: Policy, measured: int, spent: float) -> bool:
+    """Whether the next round would overrun the cell's budget: its time estimated from the
+    mean measured round so far, scaled to the rungs it still runs. Never before the fewest
+    rounds a comparison is judged on."""
+    if policy.budget_s is None or measured < sequential.MIN_ROUNDS or not cell.round_seconds:
+        return False
+    running = [n for n in cell.active if n not in cell.retired
+               and cell.status[n]["status"] == "measured"]
+    per_rung = sum(cell.round_seconds) / max(1, sum(cell.round_sizes))
+    return spent + per_rung * len(running) > policy.budget_s
+
+
 def measure(exp: Experiment, cell: Cell, policy: Policy) -> None:
     """Run ``warmup_rounds + rounds`` interleaved rounds of ``exp`` on ``cell`` (its records,
     statuses and re-measures are the cell's afterwards); spare orders for re-measured rounds
@@ -436,20 +498,34 @@ def measure(exp: Experiment, cell: Cell, policy: Policy) -> None:
                           cell.seed, cell.name)
     spare = iter(orders[first:])
     rnd = 0
+    start = time.monotonic()
     with exp.session(policy):
         while rnd < policy.warmup_rounds + cell.rounds:
             if rnd == policy.warmup_rounds:
                 exp.after_warmup(cell, policy)
-            measure_round(exp, cell, policy, rnd,
-                          [n for n in orders[rnd] if n not in cell.retired], spare)
-            look(cell, policy, rnd + 1 - policy.warmup_rounds)
-            pilot(cell, policy, rnd + 1 - policy.warmup_rounds)
+            measured = rnd - policy.warmup_rounds
+            if cell.stopped or over_budget(cell, policy, measured, time.monotonic() - start):
+                cell.stopped = cell.stopped or "budget"
+                break
+            order = [n for n in orders[rnd] if n not in cell.retired]
+            t0 = time.monotonic()
+            measure_round(exp, cell, policy, rnd, order, spare)
+            if rnd >= policy.warmup_rounds:
+                cell.round_seconds.append(time.monotonic() - t0)
+                cell.round_sizes.append(len(order))
+            look(cell, policy, measured + 1)
+            pilot(cell, policy, measured + 1)
+            sequential_look(cell, policy, measured + 1)
             rnd += 1
+    cell.spent_s = time.monotonic() - start
+    if policy.sequential and not cell.stopped:
+        cell.stopped = "cap"
 
 
 def run_cell(exp: Experiment, rungs: Sequence[RungEntry], block: Mapping[str, Any],
              paths: Paths, job: tuple[int, str | None, int | None],
-             none_ok: bool = False) -> tuple[Cell, Policy, dict[str, Any]]:
+             none_ok: bool = False, budget_s: float | None = None
+             ) -> tuple[Cell, Policy, dict[str, Any]]:
     """A measuring job: its policy from ``block`` (``policy_from``; ``job``: the processes'
     threads, the phase whose threshold the looks use, the job's CPUs), its cell through
     ``measure``, the per-process log lines appended to the job's log. The cell, the policy, and
@@ -478,5 +554,19 @@ def cell_meta(cell: Cell, policy: Policy) -> dict[str, Any]:
                         "unresolved": cell.unresolved},
         "retire": ({**policy.retire, "threshold": policy.delta, "retired": cell.retired}
                    if policy.retire else None),
+        "sequential": sequential_meta(cell, policy),
         "cpus": policy.cpu_list,
     }
+
+
+def sequential_meta(cell: Cell, policy: Policy) -> dict[str, Any] | None:
+    """What a cell measured by the anytime-valid design records of it: the design, its budget
+    and what it spent, why the cell stopped (decided: every comparison; budget; cap: the
+    design's maximum), each comparison decided with its decision, rounds and the look it was
+    decided at, and when each rung left the rounds."""
+    if not policy.sequential:
+        return None
+    return {**policy.sequential, "rule": "gs", "threshold": policy.delta,
+            "budget_s": policy.budget_s, "spent_s": round(cell.spent_s, 3),
+            "measured_rounds": len(cell.round_seconds), "stopped": cell.stopped,
+            "decided": cell.decided, "left": cell.retired}

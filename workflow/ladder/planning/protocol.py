@@ -28,8 +28,10 @@ if TYPE_CHECKING:  # a type only: the plan stays the dict it is (code identity l
 # looks and the pilot read the rounds of one measured set (``regime_rounds``) and allow for
 # dependent rounds (``ASSUMED_RHO``), and the planned rounds count from the last retirement; 4:
 # every measuring experiment through one harness (issue 44): the serving experiments' processes
-# pinned to the cell's CPUs and their disturbed rounds measured again, as the bench cells' were
-VERSION = 4
+# pinned to the cell's CPUs and their disturbed rounds measured again, as the bench cells' were;
+# 5: the anytime-valid design (issue 56): a look after every round, each comparison measured
+# until it is decided, within the cell's share of the run's budget
+VERSION = 5
 # The practical threshold below which a change is not called, per phase (measured A/A bias and
 # the effects users ask about; docs/statistics.md).
 DEFAULT_THRESHOLD = {"prefill": 0.05, "decode": 0.03}
@@ -200,13 +202,16 @@ def retirable(samples: Sequence[Mapping[str, Any]], ladder: Sequence[str],
 
 
 def smallest_callable(se: float | None, df: float | None, alpha: float, threshold: float,
-                      power: float = POWER, bias: float = 0.0) -> float | None:
+                      power: float = POWER, bias: float = 0.0,
+                      crit: float | None = None) -> float | None:
     """The smallest true effect (a fraction) that a comparison with this standard error (log
     scale) calls faster with probability ``power``: the estimate must clear both the test's
-    critical value and the threshold, so exp(max(ln(1 + δ), t·se) + bias + t_power·se) - 1."""
+    critical value and the threshold, so exp(max(ln(1 + δ), t·se) + bias + t_power·se) - 1.
+    ``crit``: the critical value in place of Student's t (a repeated interval's, issue 56)."""
     if se is None or df is None or df < 1:
         return None
-    need = max(math.log1p(threshold), t_quantile(1 - alpha / 2, df) * se) + bias
+    c = t_quantile(1 - alpha / 2, df) if crit is None else crit
+    need = max(math.log1p(threshold), c * se) + bias
     return float(math.expm1(need + t_quantile(power, df) * se))
 
 
@@ -313,6 +318,23 @@ def check_repetitions(reps: int | str, warmup_rounds: int, statistic: str) -> No
         raise LadderError(f"measure.round_statistic: {statistic!r} with measure.repetitions "
                           "auto would compare a best (or median) of several repetitions with one "
                           "of one; auto takes the mean")
+
+
+def check_sequential(block: Mapping[str, Any] | None, phase: str | None
+                     ) -> dict[str, Any] | None:
+    """measure.sequential (its defaults the schema's) for one cell's phase (None when off):
+    the design's level, its maximum rounds (at least ``MIN_ROUNDS``), the dependence it allows
+    for inside a cell (``rho``, as the variance factor ``dependence_factor``) and its threshold
+    δ resolved to the phase."""
+    rule = dict(block or {})
+    if not rule.get("enabled") or phase is None:
+        return None
+    if int(rule["max"]) < MIN_ROUNDS:
+        raise LadderError(f"measure.sequential.max {rule['max']}: needs at least {MIN_ROUNDS} "
+                          "rounds")
+    return {"alpha": float(rule["alpha"]), "max": int(rule["max"]), "rho": float(rule["rho"]),
+            "factor": dependence_factor(float(rule["rho"])),
+            "threshold": threshold_for(rule["threshold"], phase)}
 
 
 def check_rounds_rule(rounds_from_noise: Mapping[str, Any] | None, phase: str, delta: float

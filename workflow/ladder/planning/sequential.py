@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Literal, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 from scipy import stats as sps
+
+from ladder.planning import protocol
 
 Decision = Literal["faster", "slower", "equivalent"]
 MIN_ROUNDS = 3  # the t sequence needs two degrees of freedom past the mean
@@ -76,7 +78,16 @@ def obf_spent(t: float, alpha: float) -> float:
     return float(2 * (1 - sps.norm.cdf(sps.norm.ppf(1 - alpha / 2) / math.sqrt(min(t, 1.0)))))
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=4)
+def _partial_sums(n_max: int, paths: int, seed: int) -> np.ndarray:
+    """|Z_k| of ``paths`` simulated standardised partial sums of ``n_max`` rounds (a constant
+    of the design: a fixed seed), shared by every level's bounds."""
+    rng = np.random.default_rng(seed)
+    sums = np.cumsum(rng.standard_normal((paths, n_max)), axis=1)
+    return np.abs(sums / np.sqrt(np.arange(1, n_max + 1)))
+
+
+@lru_cache(maxsize=256)
 def spending_bounds(n_max: int, alpha: float = 0.05, first: int = MIN_ROUNDS,
                     paths: int = 200_000, seed: int = 56) -> tuple[float, ...]:
     """Two-sided z bounds c_k for a look after every round k = ``first``..``n_max``, each
@@ -84,9 +95,7 @@ def spending_bounds(n_max: int, alpha: float = 0.05, first: int = MIN_ROUNDS,
     that |Z_j| < c_j at every earlier look and |Z_k| ≥ c_k is that share. Found look by look on
     ``paths`` simulated standardised partial sums (a fixed seed: the bounds are a constant of
     the design)."""
-    rng = np.random.default_rng(seed)
-    sums = np.cumsum(rng.standard_normal((paths, n_max)), axis=1)
-    z = np.abs(sums / np.sqrt(np.arange(1, n_max + 1)))
+    z = _partial_sums(n_max, paths, seed)
     alive = np.ones(paths, dtype=bool)
     bounds = []
     spent = 0.0
@@ -106,6 +115,49 @@ def spending_bounds(n_max: int, alpha: float = 0.05, first: int = MIN_ROUNDS,
     return tuple(bounds)
 
 
+def look_critical(n: int, n_max: int, alpha: float = 0.05) -> float:
+    """The repeated interval's critical value, in standard errors, at the look after ``n``
+    paired rounds of a design looking after every round up to ``n_max``: the look's z bound
+    (``spending_bounds``) carried to Student's t with n - 1 degrees of freedom at the same
+    tail probability. A comparison with more rounds than the design's maximum takes the last
+    look's (the design has spent its error by then)."""
+    if n < MIN_ROUNDS:
+        return math.inf
+    c = spending_bounds(n_max, alpha)[min(n, n_max) - MIN_ROUNDS]
+    return float(sps.t.ppf(sps.norm.cdf(c), n - 1))
+
+
+# the levels the repeated p-value is read between (log-spaced; a p below the first is given as
+# the first)
+P_GRID = tuple(float(a) for a in np.geomspace(1e-5, 0.999, 31))
+
+
+@lru_cache(maxsize=64)
+def _bounds_by_level(n_max: int) -> np.ndarray:
+    """The z bound of every look (columns) at every level of ``P_GRID`` (rows), on 100,000
+    paths (a p-value needs less precision than the design's own bound)."""
+    return np.array([spending_bounds(n_max, a, paths=100_000) for a in P_GRID])
+
+
+def repeated_p(t_abs: float, n: int, n_max: int) -> float:
+    """The repeated p-value of a comparison at the look after ``n`` rounds (|t| = |mean|/se):
+    the smallest level at which the design's repeated interval at this look excludes 0, read
+    off ``P_GRID`` (interpolated in log level). At the design's own level it agrees exactly
+    with the interval; it is what the run's multiplicity step reads."""
+    if n < MIN_ROUNDS or not math.isfinite(t_abs):
+        return 0.0 if t_abs == math.inf else 1.0
+    z = float(sps.norm.ppf(sps.t.cdf(t_abs, n - 1)))
+    col = _bounds_by_level(n_max)[:, min(n, n_max) - MIN_ROUNDS]  # falls as the level rises
+    if z >= col[0]:
+        return P_GRID[0]
+    if z < col[-1]:
+        return 1.0
+    i = int(np.argmax(col <= z))  # the first (smallest) level whose bound z reaches
+    lo_a, hi_a, lo_c, hi_c = P_GRID[i - 1], P_GRID[i], col[i - 1], col[i]
+    w = (lo_c - z) / (lo_c - hi_c) if lo_c > hi_c else 1.0
+    return float(math.exp(math.log(lo_a) + w * (math.log(hi_a) - math.log(lo_a))))
+
+
 def repeated_interval(logs: Sequence[float], n_max: int, alpha: float = 0.05,
                       factor: float = 1.0) -> tuple[float, float, float] | None:
     """(mean, lo, hi): the repeated confidence interval after len(``logs``) rounds of a design
@@ -117,8 +169,7 @@ def repeated_interval(logs: Sequence[float], n_max: int, alpha: float = 0.05,
         return None
     x = np.asarray(logs, dtype=float)
     se = float(x.std(ddof=1)) / math.sqrt(n) * math.sqrt(max(1.0, factor))
-    c = spending_bounds(n_max, alpha)[n - MIN_ROUNDS]
-    crit = float(sps.t.ppf(sps.norm.cdf(c), n - 1))
+    crit = look_critical(n, n_max, alpha)
     m = float(x.mean())
     return m, m - crit * se, m + crit * se
 
@@ -134,3 +185,63 @@ def decide(lo: float, hi: float, threshold: float) -> Decision | None:
     if -band <= lo and hi <= band:
         return "equivalent"
     return None
+
+
+# --- the harness's looks (issue 56): every comparison of a cell, after every round -----------
+
+def comparison_key(kind: str, base: str, other: str) -> str:
+    """A comparison's name in a cell's record: kind:base:other (kind step, vs_floor or aa)."""
+    return f"{kind}:{base}:{other}"
+
+
+def cell_comparisons(ladder: Sequence[str], control: str | None, twin: str | None,
+                     measured: set[str]) -> list[tuple[str, str, str]]:
+    """(kind, base, other) of every comparison a cell decides: the ladder's steps and its
+    comparisons with the floor (``protocol.comparisons``), and the A/A pair (control over its
+    twin) when both were measured."""
+    out = protocol.comparisons(ladder, measured)
+    if control and twin and {control, twin} <= measured:
+        out.append(("aa", twin, control))
+    return out
+
+
+def look(samples: Sequence[Mapping[str, Any]], ladder: Sequence[str], control: str | None,
+         twin: str | None, decided: Mapping[str, Mapping[str, Any]], n_max: int,
+         alpha: float, factor: float, threshold: float, statistic: str = "mean"
+         ) -> dict[str, dict[str, Any]]:
+    """A look after a round (pure): each still-open comparison's repeated interval over every
+    round both its rungs were measured in (clean samples), and those it decides
+    (``decide``: beyond ±δ, or inside it). Returns the comparisons decided at this look, by
+    ``comparison_key``, each with its decision, rounds and interval (log ratio). A decision
+    is final: a decided comparison is not looked at again."""
+    clean = protocol.clean_samples(samples)
+    measured = {str(s["rung"]) for s in clean}
+    new: dict[str, dict[str, Any]] = {}
+    for kind, base, other in cell_comparisons(ladder, control, twin, measured):
+        key = comparison_key(kind, base, other)
+        if key in decided:
+            continue
+        ratios = protocol.paired_ratios(clean, base, other, statistic)
+        got = repeated_interval(np.log(ratios).tolist(), n_max, alpha, factor) \
+            if len(ratios) >= MIN_ROUNDS else None
+        if got is None:
+            continue
+        m, lo, hi = got
+        d = decide(lo, hi, threshold)
+        if d is not None:
+            new[key] = {"decision": d, "rounds": len(ratios), "estimate": m, "lo": lo, "hi": hi}
+    return new
+
+
+def still_needed(comps: Sequence[tuple[str, str, str]], decided: Mapping[str, Any],
+                 control: str | None, twin: str | None) -> set[str]:
+    """The rungs the next round measures: those of an open comparison, and, while any
+    comparison is open, the control and its twin (the A/A check covers every round a call
+    rests on). Empty: every comparison is decided."""
+    need: set[str] = set()
+    for kind, base, other in comps:
+        if comparison_key(kind, base, other) not in decided:
+            need |= {base, other}
+    if need:
+        need |= {n for n in (control, twin) if n}
+    return need

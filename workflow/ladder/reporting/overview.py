@@ -18,6 +18,8 @@ from ladder.analysis.wording import fmt_ratio
 # the mark a step's verdict gets in the table: called steps carry their ratio beside it
 MARKS = {"faster": "▲", "slower": "▼", "equivalent": "=", "inconclusive": "?",
          "disturbed": "!", "insufficient data": "·", "unjudged": "⊘"}
+# a call whose interval reaches inside ±δ ("by less than δ not ruled out"): hollow
+HEDGED = {"faster": "△", "slower": "▽"}
 
 
 def phase(cell: Mapping[str, Any]) -> str:
@@ -37,7 +39,11 @@ def step_mark(step: Mapping[str, Any]) -> dict[str, Any]:
             "credited": bool(att.get("credited")),
             "flag": bool((step.get("drift") or {}).get("flag")) or bool(att.get("crashes"))}
     if call in ("faster", "slower"):
-        cell["text"] = f"{fmt_ratio(step['ratio']['estimate'])} {cell['mark']}"
+        if v.get("beyond_threshold") is False:
+            cell["mark"] = HEDGED[call]
+        ci = v.get("interval")
+        cell["text"] = (f"{fmt_ratio(step['ratio']['estimate'])} {cell['mark']}"
+                        + (f" [{fmt_ratio(ci[0])}-{fmt_ratio(ci[1])}]" if ci else ""))
     elif call == "equivalent":
         cell["text"] = f"= (±{v['threshold'] * 100:g} %)"
     elif call == "inconclusive" and v.get("resolving_power") is not None:
