@@ -217,6 +217,73 @@ def replay(dirs: list[str], cap: int, resamples: int, block: int, seed: int) -> 
                           f"| {r['equivalent']:.1%} | {r['coverage']:.1%} | {r['rounds']:.1f} |")
 
 
+def direct_cells(series_files: list[Path], cap: int) -> dict[str, dict[str, object]]:
+    """Real A/A cells with no resampling: in every series (``resolving_power.py --out``, one
+    binary under K labels), each disjoint label pair (b over a, d over c, ...) over its first
+    ``cap`` clean rounds is one cell, as measured (not centred: one build cannot differ from
+    itself, so the true effect is 0 and any label or position bias stays in). Grouped by phase,
+    with the factor the run would measure from them (lags 1-3, ``stats.pooled_dependence``)."""
+    from ladder.analysis import stats
+
+    out: dict[str, dict[str, object]] = {}
+    for f in series_files:
+        doc = json.loads(f.read_text())
+        labels = list(doc["labels"])
+        groups: dict[tuple[str, str], dict[int, dict[str, float]]] = {}
+        bad: set[tuple[str, str, int]] = set()
+        for smp in doc["samples"]:
+            key = (smp["model"], smp["workload"])
+            if smp.get("warmup"):
+                continue
+            if smp.get("disturbed"):
+                bad.add((*key, smp["round"]))
+            groups.setdefault(key, {}).setdefault(smp["round"], {})[smp["label"]] = \
+                float(smp["tokens_per_s"])
+        for key, rounds in sorted(groups.items()):
+            ok = [r for r in sorted(rounds)
+                  if (*key, r) not in bad and len(rounds[r]) == len(labels)][:cap]
+            if len(ok) < cap:
+                continue
+            phase = "decode" if key[1].startswith("tg") else "prefill"
+            g = out.setdefault(phase, {"cells": [], "names": []})
+            for a, b in zip(labels[0::2], labels[1::2]):
+                g["cells"].append(np.log([rounds[r][b] / rounds[r][a] for r in ok]))
+                g["names"].append(f"{f.parent.name}/{key[1]}/{b}:{a}")
+    for g in out.values():
+        cells = [list(c) for c in g["cells"]]
+        g["factor"] = stats.pooled_dependence(cells)["factor"]
+        g["cells"] = np.array(g["cells"])
+        g["sd"] = float(np.std(g["cells"] - g["cells"].mean(axis=1, keepdims=True), ddof=1))
+    return out
+
+
+def direct(dirs: list[str], cap: int) -> None:
+    """The rules on real A/A cells as measured (``direct_cells``): false calls and coverage at
+    every look with no effect, and the share called at the phase's target effect (one label's
+    rounds scaled); each sequential rule with the factor a cell allows for inside it
+    (``measure.sequential.rho`` 0.05) and with the run's measured factor."""
+    groups = direct_cells([Path(d) / "series.json" for d in dirs], cap)
+    print("| phase | cells | per-round SD | run's factor | effect | rule (factor) | called "
+          "| beyond δ | equivalent | coverage | mean rounds |")
+    print("|---|---:|---:|---:|---|---|---:|---:|---:|---:|---:|")
+    for phase, g in sorted(groups.items()):
+        delta, target = ((0.05, 0.10) if phase == "prefill" else (0.03, 0.05))
+        band = math.log1p(delta)
+        x = np.asarray(g["cells"])
+        for effect in (0.0, target):
+            mu = math.log1p(effect)
+            for rule, label, factor in (
+                    ("today", "today, run's", float(g["factor"])),
+                    ("gs", "gs, in-cell 0.05", (1 + RHO_ASSUMED) / (1 - RHO_ASSUMED)),
+                    ("gs", "gs, run's", float(g["factor"])),
+                    ("tcs", "tcs, run's", float(g["factor"]))):
+                r = run_rule(rule, x + mu, band, factor, cap, mu)
+                print(f"| {phase} | {len(x)} | {float(g['sd']) * 100:.1f} % "
+                      f"| {float(g['factor']):.2f} | {effect:+.0%} | {label} "
+                      f"| {r['called']:.1%} | {r['beyond']:.1%} | {r['equivalent']:.1%} "
+                      f"| {r['coverage']:.1%} | {r['rounds']:.1f} |")
+
+
 def main() -> int:
     global LAGS
     ap = argparse.ArgumentParser()
@@ -229,12 +296,18 @@ def main() -> int:
                     help="the lags the run's factor sums (stats.run_dependence: 3)")
     ap.add_argument("--real", nargs="+", default=[],
                     help="replay the rules on real A/A series (resolving_power.py --out DIRs)")
+    ap.add_argument("--direct", nargs="+", default=[],
+                    help="each disjoint label pair of these real series is one A/A cell, as "
+                         "measured (no resampling)")
     ap.add_argument("--resamples", type=int, default=2000)
     ap.add_argument("--block", type=int, default=2)
     args = ap.parse_args()
     LAGS = args.lags
     if args.real:
         replay(args.real, args.cap, args.resamples, args.block, args.seed)
+        return 0
+    if args.direct:
+        direct(args.direct, args.cap)
         return 0
     rng = np.random.default_rng(args.seed)
     print("| phase (SD, δ) | noise | effect | rule | called | beyond δ | equivalent | coverage "

@@ -3,7 +3,7 @@ import sys
 
 sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the ladder package
 from ladder.core.adapter import run_step
-from ladder.measuring.bench import bench_cell, measure
+from ladder.measuring.bench import Budget, bench_cell, measure
 from ladder.measuring.harness import Paths
 
 w, p = snakemake.wildcards, snakemake.params
@@ -15,4 +15,5 @@ run_step(snakemake, lambda: measure(
     identity={"experiment": w.experiment, "point": w.point},
     one_build=bool(p.point.get("ladder")),
     own_cpus=snakemake.threads,  # the job's CPUs (a shared SLURM node: fewer than the node's)
+    budget=Budget(w.host, snakemake.resources.budget_s, snakemake.resources.budget_cells),
 ))

@@ -619,8 +619,10 @@ def bench_budget_s(wildcards):
 
 
 def bench_budget_cells(wildcards):
-    """How many bench cells the host's budget is shared by."""
-    return len(host_plan(wildcards.host).cells())
+    """How many measuring jobs the host's budget is shared by: its bench cells and its
+    llama-bench serving points (the levers, context, toggle)."""
+    plan = host_plan(wildcards.host)
+    return len(plan.cells()) + len(plan.serving_points())
 
 
 def hotspot_threads(wildcards):
@@ -741,6 +743,8 @@ def serving_policy(wildcards):
         "repetitions": 1,
         "round_statistic": "mean",
         "warmup": True,
+        # the llama-bench points: the bench cells' design, up to serving.max_rounds
+        "sequential": {**m["sequential"], "max": s["max_rounds"]},
         **{k: m[k] for k in ("seed", "disturbance", "cpus")},
     }
 

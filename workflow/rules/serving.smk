@@ -12,6 +12,8 @@ rule serve_bench:
     threads: host_threads
     resources:
         **host_resources(mem_mb=6000, runtime=120),
+        budget_s=bench_budget_s,
+        budget_cells=bench_budget_cells,
     params:
         rungs=serving_point_rungs,
         point=serving_point,

@@ -169,14 +169,14 @@ def measure(exp: BenchCell, rungs: Sequence[RungEntry], block: Mapping[str, Any]
     decided, within the cell's allowance of the run's ``budget`` (``ladder.planning.budget``),
     recorded with the cell (``sequential``, ``budget``) and in the run's ledger."""
     ledger = budgets.ledger_path(budget.host) if budget else None
-    allowed = (budgets.allowance(budget.budget_s, budget.cells, exp.name,
+    allowed = (budgets.allowance(budget.budget_s, budget.cells, paths.out_json,
                                  budgets.read_ledger(ledger))
                if budget and budget.budget_s else None)
     cell, policy, meta = harness.run_cell(
         exp, rungs, block, paths, (exp.threads, protocol.phase_of(exp.workload), own_cpus),
         none_ok=one_build, budget_s=allowed["allowance_s"] if allowed else None)
     if policy.sequential:
-        budgets.record(ledger, exp.name, cell.spent_s, policy.budget_s, cell.stopped)
+        budgets.record(ledger, paths.out_json, cell.spent_s, policy.budget_s, cell.stopped)
     doc: CellDoc = cast(CellDoc, {
         **dict(identity or {}), "format": FORMAT, **meta, "quant": exp.quant,
         "workload": exp.workload_name, "workload_spec": dict(exp.workload),

@@ -429,6 +429,9 @@ def expected_cost(n_commits: int, ends: Mapping[str, Any], step: Mapping[str, An
             f"the ends' ({wall:.0f} s): about {probes * wall / 60:.1f} min, more for each "
             "skipped one")
     cell = ends.get("cell_summary") or {}
+    # measured by the anytime-valid design (its comparisons say why they stopped): a probe's
+    # step stops as soon as it is decided, and its maximum is what more rounds would raise
+    sequential = any("stop" in c for c in cell.get("steps") or [])
     aa = (cell.get("noise_floor") or {}).get("aa") or {}
     sd, rounds = aa.get("sd_per_round"), aa.get("rounds")
     threshold = (cell.get("noise_floor") or {}).get("threshold")
@@ -445,8 +448,10 @@ def expected_cost(n_commits: int, ends: Mapping[str, Any], step: Mapping[str, An
             text += (f"; placing a probe needs a {effect * 100:.1f} % difference called: at this "
                      f"noise (A/A SD {sd * 100:.1f} % per round) about {need} rounds for 80 % "
                      f"power, and a step measures {rounds}: probes may be left unplaced "
-                     f"(skipped); --config measure.rounds={need} (with rounds_from_noise off) "
-                     "would place them")
+                     f"(skipped); --config "
+                     + (f"measure.sequential.max={need}" if sequential else
+                        f"measure.rounds={need} (with rounds_from_noise off)")
+                     + " would place them")
         else:
             text += (f"; a step's {rounds} rounds call the {effect * 100:.1f} % step with 80 % "
                      f"power ({need} would do)")
