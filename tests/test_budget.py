@@ -71,7 +71,10 @@ def test_a_sequential_cell_is_judged_on_its_repeated_interval(tmp_path, monkeypa
     fixed = stats.ratio_ci(r.per_round)
     assert (math.log(r.hi) - math.log(r.lo)) > (math.log(fixed.hi) - math.log(fixed.lo))
     nf = out["noise_floor"]
-    assert nf["stop"]["why"] == "decided" and "measured until every comparison decided" in nf["text"]
+    assert nf["stop"]["why"] == "calls decided" and "measured until every comparison decided" \
+        in nf["text"]
+    assert f"measured over the {nf['aa']['rounds']} rounds the cell's calls rest on" in \
+        nf["stop"]["text"]
 
 
 def test_an_open_comparison_says_what_would_decide_it(tmp_path, monkeypatch):

@@ -131,7 +131,7 @@ def test_noise_figures_and_verdicts(report):
         assert nf["floor"] == nf["aa"]["smallest_callable"] and nf["floor"] > 0
         assert "|control/twin - 1|" in nf["text"]
         assert "measured until" in nf["text"] and nf["rounds_plan"] is None, nf["text"]
-        assert nf["stop"]["why"] in {"decided", "cap"}
+        assert nf["stop"]["why"] in {"decided", "calls decided", "cap"}
         assert len(cell["cpus"]) == cell["threads"]  # where the cell ran: one CPU per thread
         for s in cell["steps"] + cell["vs_floor"]:
             v, r = s["verdict"], s["ratio"]

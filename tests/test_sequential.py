@@ -110,3 +110,9 @@ def test_a_look_decides_each_comparison_once_and_names_the_rungs_still_needed():
     assert need == {"native", "vendor", "control"}  # the floor's comparisons are all decided
     everything = {sequential.comparison_key(*c): {} for c in comps}
     assert sequential.still_needed(comps, everything, "control", "native") == set()
+    # the A/A pair is a check on the calls: with every call decided, nothing is needed; alone
+    # in a cell it is the comparison
+    calls = {k: v for k, v in everything.items() if not k.startswith("aa:")}
+    assert sequential.still_needed(comps, calls, "control", "native") == set()
+    aa = [c for c in comps if c[0] == "aa"]
+    assert sequential.still_needed(aa, {}, "control", "native") == {"control", "native"}

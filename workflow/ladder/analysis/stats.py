@@ -19,6 +19,13 @@ A comparison is judged by its own paired data, once (issue 31):
 - **inconclusive** otherwise, with the smallest effect this comparison would call with 80 %
   power (``smallest_callable``).
 
+A cell measured by the anytime-valid design (issue 56, ``measure.sequential``) is judged on
+that design's repeated interval and repeated p-value (``ratio_ci(design_max=...)``), over every
+round both rungs were measured in, δ on the interval: faster/slower by at least δ when the
+interval lies wholly beyond ±δ, equivalent when wholly inside, "by less than δ not ruled out"
+when it excludes 1 but reaches inside, else inconclusive; each comparison says why it stopped
+being measured (``stop_record``).
+
 Which rounds, and how independent (issue 42): a comparison reads the rounds in which the cell
 measured one set of rungs (``protocol.regime_rounds``: the A/A check and the steps above the
 floor the rounds after the floor retired, a comparison with the floor the rounds it ran in), and
@@ -511,8 +518,9 @@ def stop_record(seq: Mapping[str, Any], kind: str, base: str, other: str,
     (``rounds_to_decide``)."""
     d = (seq.get("decided") or {}).get(comparison_key(kind, base, other))
     why = "decided" if d else str(seq.get("stopped") or "cap")
-    if not d and why == "decided":  # the cell stopped on its other comparisons: a rung failed
-        why = "rung failed"
+    if not d and why == "decided":  # the cell stopped on its other comparisons
+        # the A/A pair checks the calls' rounds; any other comparison: one of its rungs failed
+        why = "calls decided" if kind == "aa" else "rung failed"
     need = None
     if not d and r.estimate and r.sd_log is not None:
         need = rounds_to_decide(math.log(r.estimate), r.sd_log, factor, int(seq["max"]),

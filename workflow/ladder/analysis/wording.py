@@ -52,6 +52,8 @@ def stop(why: str, rounds: int, decision: str | None, budget_s: float | None,
     minutes at the cell's pace ``per_round_s``)."""
     if why == "decided":
         return f"decided ({decision}) after {rounds} rounds"
+    if why == "calls decided":
+        return f"measured over the {rounds} rounds the cell's calls rest on"
     if need is None:
         more = "; its effect sits on the threshold: no number of rounds decides it"
     else:

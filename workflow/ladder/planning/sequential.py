@@ -235,11 +235,14 @@ def look(samples: Sequence[Mapping[str, Any]], ladder: Sequence[str], control: s
 
 def still_needed(comps: Sequence[tuple[str, str, str]], decided: Mapping[str, Any],
                  control: str | None, twin: str | None) -> set[str]:
-    """The rungs the next round measures: those of an open comparison, and, while any
-    comparison is open, the control and its twin (the A/A check covers every round a call
-    rests on). Empty: every comparison is decided."""
+    """The rungs the next round measures: those of an open comparison, and, while any is
+    open, the control and its twin (the A/A check covers every round a call rests on). The A/A
+    pair is a check on the calls, not a call of its own: once every other comparison is decided
+    nothing is needed (it keeps the cell running only where it is the cell's one comparison).
+    Empty: the cell is done."""
+    calls = [c for c in comps if c[0] != "aa"] or list(comps)
     need: set[str] = set()
-    for kind, base, other in comps:
+    for kind, base, other in calls:
         if comparison_key(kind, base, other) not in decided:
             need |= {base, other}
     if need:
