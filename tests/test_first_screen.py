@@ -29,6 +29,22 @@ def test_one_table_holds_every_cell_and_rung():
         assert step["call"] == "faster" and re.fullmatch(r"[\d.]+x ▲", step["text"]), step
 
 
+def test_a_call_carries_its_interval_and_a_hedged_one_is_hollow():
+    """Issue 56, item 2: the table's mark follows the decision on the interval: ▲ with the
+    ratio and its interval when the interval lies wholly beyond δ, △ when it excludes 1 but
+    reaches inside ±δ ("by less than δ not ruled out")."""
+    from ladder.reporting.overview import step_mark
+
+    def step(beyond, lo, hi):
+        return {"ratio": {"estimate": 1.12},
+                "verdict": {"call": "faster", "text": "t", "threshold": 0.05,
+                            "beyond_threshold": beyond, "interval": [lo, hi]}}
+
+    assert step_mark(step(True, 1.06, 1.18))["text"] == "1.12x ▲ [1.06x-1.18x]"
+    hedged = step_mark(step(False, 1.02, 1.23))
+    assert hedged["text"] == "1.12x △ [1.02x-1.23x]" and hedged["mark"] == "△"
+
+
 def test_credit_is_said_once_per_rung_and_quant():
     ov = overview(DOC)
     keys = [(k["rung"], k["quant"]) for k in ov["cards"]]

@@ -159,7 +159,8 @@ def ladder_table_lines(doc: dict[str, Any], host: str) -> list[str]:
             rows.append(cells)
         widths = [max(len(r[k]) for r in rows) for k in range(len(head))]
         lines.append(f"ladder: {host} · {t['model']}: tokens/s per rung; each step called "
-                     "(▲▼ with its ratio), equivalent (=) or inconclusive (?)")
+                     "(▲▼ with its ratio and interval, △▽ by less than δ not ruled out), "
+                     "equivalent (=) or inconclusive (?)")
         lines += ["ladder:   " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
                   for r in rows]
     return lines
