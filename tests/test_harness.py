@@ -246,3 +246,62 @@ def test_the_sequential_settings_are_checked():
     with pytest.raises(LadderError, match="measure.sequential.max 2"):
         _sequential_policy(max=2)
     assert harness.policy_from(measure_block(), threads=1, phase="decode").sequential is None
+
+
+class Killed(Exception):
+    """Stands in for the job being killed mid-cell."""
+
+
+def test_a_killed_cell_continues_from_its_last_round(tmp_path, monkeypatch):
+    """Issue 56, faults: the cell's state (records, decisions, orders) and its raw files are
+    kept after every round beside the job's log; the next run of the same cell continues
+    after the last whole round with the same orders, measures none of the kept rounds again,
+    and removes the state when the cell ends. A state of other settings is set aside."""
+    speed = {"floor": 1.0, "native_repack": 20.0, "vendor": 20.8, "control": 20.0}
+    rungs = _ladder_cell(tmp_path / "r").rungs
+    block = {**{k: v for k, v in measure_block().items() if k in ("disturbance", "cpus")},
+             "rounds": 3, "timeout_s": 60, "warmup_rounds": 1, "repetitions": 1,
+             "round_statistic": "mean", "warmup": True, "seed": None, "cpus": "none",
+             "sequential": {**measure_block()["sequential"], "enabled": True, "max": 10}}
+    paths = harness.Paths("m.json", str(tmp_path / "raw"), str(tmp_path / "out.json"),
+                          str(tmp_path / "job.log"))
+    first = Speeds("q4_0/pp128/t2", speed, sd=0.06)
+    _clocked(monkeypatch, first)
+    inner = first.process
+
+    def dies(cell, policy, at):
+        if at.rnd == 5 and at.pos == 1:
+            raise Killed
+        out = inner(cell, policy, at)
+        (cell.raw / f"{at.stem.name}.json").write_text("{}")  # a raw file, as a process leaves
+        return out
+
+    first.process = dies  # type: ignore[method-assign]
+    with pytest.raises(Killed):
+        harness.run_cell(first, rungs, block, paths, (2, "prefill", None))
+    state = tmp_path / "job.state"
+    kept = json.loads((state / "state.json").read_text())
+    assert kept["next_round"] == 5 and len(list((state / "raw").iterdir())) > 0
+    import shutil
+
+    shutil.rmtree(tmp_path / "raw")  # what Snakemake does with a killed job's outputs
+    again = Speeds("q4_0/pp128/t2", speed, sd=0.06)
+    _clocked(monkeypatch, again)
+    cell, _, meta = harness.run_cell(again, rungs, block, paths, (2, "prefill", None))
+    assert min(r for _, r in again.ran) == 5  # rounds 0-4 kept, not measured again
+    assert cell.seed == kept["seed"] and cell.used_orders[:5] == kept["used_orders"][:5]
+    assert meta["resumed"]["after_round"] == 5 and meta["seed_source"] == "fresh (resumed)"
+    assert {s["round"] for s in cell.samples} >= set(range(5))
+    # the kept rounds' raw files are back where the result's samples say they are
+    assert {f.name for f in (tmp_path / "raw").iterdir()} >= {
+        f"{harness.raw_stem(0, 0, 0, kept['used_orders'][0][0])}.json"}
+    assert not state.exists()
+    # a state left by other settings is set aside, not continued
+    first2 = Speeds("q4_0/pp128/t2", speed, sd=0.06)
+    _clocked(monkeypatch, first2)
+    keep = dict(kept, identity="other")
+    state.mkdir()
+    (state / "state.json").write_text(json.dumps(keep))
+    cell2, _, meta2 = harness.run_cell(first2, rungs, block, paths, (2, "prefill", None))
+    assert meta2["resumed"] is None and min(r for _, r in first2.ran) == 0
+    assert list(tmp_path.glob("job.stale-*"))

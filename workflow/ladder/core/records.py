@@ -173,6 +173,7 @@ class CellDoc(TypedDict, total=False):
     retire: dict[str, Any] | None
     sequential: SequentialRecord | None
     budget: dict[str, Any] | None  # the cell's allowance of measure.budget (planning.budget)
+    resumed: dict[str, int] | None  # continued after a killed run's round (harness.restore)
     cpus: list[int] | None
     experiment: str  # a serving point's
     point: str

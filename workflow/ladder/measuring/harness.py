@@ -13,7 +13,9 @@ supplies only how to run one process of one rung and read its records (``Experim
 from __future__ import annotations
 
 import hashlib
+import json
 import random
+import shutil
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -22,7 +24,7 @@ from typing import Any, ContextManager, Iterator, Mapping, Sequence, cast
 
 from ladder.core import progress
 from ladder.core.errors import LadderError
-from ladder.core.io import read_json
+from ladder.core.io import atomic_write_json, read_json
 from ladder.core.machine import cpu_set, host_brief
 from ladder.core.records import RoundsPlan, RungEntry, RungStatus, Sample
 from ladder.core.status import unbuilt_status
@@ -213,6 +215,8 @@ class Cell:
     stopped: str | None = None
     round_seconds: list[float] = field(default_factory=list)
     round_sizes: list[int] = field(default_factory=list)  # processes in each timed round
+    identity: str = ""  # the measuring settings' identity (``settings_identity``)
+    resumed: dict[str, int] | None = None  # continued from a killed run's state
     spent_s: float = 0.0  # the whole round loop, warmup rounds and re-measures included
 
     @property
@@ -488,17 +492,30 @@ def over_budget(cell: Cell, policy: Policy, measured: int, spent: float) -> bool
     return spent + per_rung * len(running) > policy.budget_s
 
 
-def measure(exp: Experiment, cell: Cell, policy: Policy) -> None:
+def measure(exp: Experiment, cell: Cell, policy: Policy, resume: Path | None = None) -> None:
     """Run ``warmup_rounds + rounds`` interleaved rounds of ``exp`` on ``cell`` (its records,
     statuses and re-measures are the cell's afterwards); spare orders for re-measured rounds
-    come from the same seeded sequence, after the planned ones."""
+    come from the same seeded sequence, after the planned ones. ``resume``: where the cell's
+    state is kept after every round (``state_of``) until it ends; a state there (checked by
+    ``run_cell``) is continued from (``restore``), its rounds kept."""
     cell.rounds = policy.horizon  # until a pilot look chooses them
     first = policy.warmup_rounds + policy.horizon
     orders = round_orders(cell.active, first + policy.horizon * policy.limits["max_remeasure"],
                           cell.seed, cell.name)
     spare = iter(orders[first:])
-    rnd = 0
-    start = time.monotonic()
+    rnd, spent_before = 0, 0.0
+    if resume is not None and (resume / "state.json").is_file():
+        rnd, spent_before = restore(cell, read_json(resume / "state.json"))
+        # the raw files of the kept rounds (Snakemake removed the killed job's outputs)
+        shutil.copytree(resume / "raw", cell.raw, dirs_exist_ok=True)
+        for _ in range(len(cell.used_orders) - rnd):  # the spare orders re-measures used
+            next(spare, None)
+        progress.step("resume", rnd, policy.warmup_rounds + cell.rounds,
+                      f"continuing a killed run's cell after its round {rnd} "
+                      f"({len(cell.samples)} samples kept)")
+        if rnd > policy.warmup_rounds:
+            exp.after_warmup(cell, policy)
+    start = time.monotonic() - spent_before
     with exp.session(policy):
         while rnd < policy.warmup_rounds + cell.rounds:
             if rnd == policy.warmup_rounds:
@@ -517,9 +534,72 @@ def measure(exp: Experiment, cell: Cell, policy: Policy) -> None:
             pilot(cell, policy, measured + 1)
             sequential_look(cell, policy, measured + 1)
             rnd += 1
+            if resume is not None:
+                keep_state(resume, cell, state_of(cell, rnd, time.monotonic() - start))
     cell.spent_s = time.monotonic() - start
     if policy.sequential and not cell.stopped:
         cell.stopped = "cap"
+
+
+STATE_FORMAT = "ladder-cell-state/1"
+
+
+def state_of(cell: Cell, next_round: int, spent_s: float, identity: str = "") -> dict[str, Any]:
+    """What a killed run needs to continue a cell (``restore``): every record, status and
+    decision so far, the orders used, and the round to measure next."""
+    return {"format": STATE_FORMAT, "protocol": protocol.VERSION, "cell": cell.name,
+            "identity": identity or cell.identity, "seed": cell.seed,
+            "next_round": next_round, "spent_s": spent_s,
+            "build_keys": {n: st.get("build_key") for n, st in cell.status.items()},
+            "status": cell.status, "records": cell.records, "remeasured": cell.remeasured,
+            "unresolved": cell.unresolved, "used_orders": cell.used_orders,
+            "retired": cell.retired, "rounds": cell.rounds, "rounds_plan": cell.rounds_plan,
+            "decided": cell.decided, "round_seconds": cell.round_seconds,
+            "round_sizes": cell.round_sizes}
+
+
+def keep_state(where: Path, cell: Cell, state: Mapping[str, Any]) -> None:
+    """After a round: the cell's raw files so far copied beside its state (the files a killed
+    job's outputs held), then the state written atomically."""
+    raw = where / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    for f in cell.raw.iterdir():
+        if f.is_file() and not (raw / f.name).exists():
+            shutil.copy2(f, raw / f.name)
+    atomic_write_json(where / "state.json", state)
+
+
+def settings_identity(block: Mapping[str, Any], threads: int, phase: str | None) -> str:
+    """The measuring settings a kept state belongs to (the block less its seed, which a
+    fresh measurement draws anew), the threads and the phase."""
+    keep = {k: v for k, v in block.items() if k != "seed"}
+    text = json.dumps([keep, threads, phase], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def resumable(state: Mapping[str, Any], name: str, status: Mapping[str, RungStatus],
+              identity: str) -> bool:
+    """Whether a kept state continues this cell: the same format, protocol, cell, measuring
+    settings (``settings_identity``) and the same builds of the same rungs."""
+    return (state.get("format") == STATE_FORMAT and state.get("protocol") == protocol.VERSION
+            and state.get("cell") == name and state.get("identity") == identity
+            and state.get("build_keys") == {n: st.get("build_key") for n, st in status.items()})
+
+
+def restore(cell: Cell, state: Mapping[str, Any]) -> tuple[int, float]:
+    """A kept state into ``cell``: the round to measure next and the time already spent."""
+    cell.status.update(state["status"])
+    cell.records = {k: list(v) for k, v in state["records"].items()}
+    cell.remeasured, cell.unresolved = list(state["remeasured"]), list(state["unresolved"])
+    cell.used_orders = [list(o) for o in state["used_orders"]]
+    cell.retired = {k: int(v) for k, v in state["retired"].items()}
+    cell.rounds, cell.rounds_plan = int(state["rounds"]), state["rounds_plan"]
+    cell.decided = {k: dict(v) for k, v in state["decided"].items()}
+    cell.round_seconds = [float(x) for x in state["round_seconds"]]
+    cell.round_sizes = [int(x) for x in state["round_sizes"]]
+    cell.resumed = {"after_round": int(state["next_round"]),
+                    "samples": len(cell.records.get("samples") or [])}
+    return int(state["next_round"]), float(state["spent_s"])
 
 
 def run_cell(exp: Experiment, rungs: Sequence[RungEntry], block: Mapping[str, Any],
@@ -534,9 +614,19 @@ def run_cell(exp: Experiment, rungs: Sequence[RungEntry], block: Mapping[str, An
     policy = policy_from(block, threads, phase, own_cpus)
     seed, seed_source = protocol.run_seed(block["seed"])
     cell = open_cell(exp.name, rungs, paths.raw_dir, seed, none_ok=none_ok)
-    measure(exp, cell, policy)
+    # a killed run of this cell left its state beside the job's log: continue it (its seed
+    # gives the same orders); a state of other settings or builds is set aside, never mixed in
+    resume = Path(paths.log).with_suffix(".state")
+    cell.identity = settings_identity(block, threads, phase)
+    kept = read_json(resume / "state.json") if (resume / "state.json").is_file() else None
+    if kept is not None and resumable(kept, cell.name, cell.status, cell.identity):
+        cell.seed, seed_source = int(kept["seed"]), f"{seed_source} (resumed)"
+    elif resume.exists():  # another cell's settings or builds: set aside, never mixed in
+        resume.replace(resume.with_suffix(f".stale-{time.strftime('%Y%m%dT%H%M%S')}"))
+    measure(exp, cell, policy, resume=resume)
     with open(paths.log, "a") as f:  # beside the progress lines the job's logger already wrote
         f.write("\n".join(cell.log_lines) + "\n")
+    shutil.rmtree(resume, ignore_errors=True)  # the cell ended: its result holds everything
     return cell, policy, {**cell_meta(cell, policy), "seed_source": seed_source}
 
 
@@ -556,6 +646,7 @@ def cell_meta(cell: Cell, policy: Policy) -> dict[str, Any]:
                    if policy.retire else None),
         "sequential": sequential_meta(cell, policy),
         "cpus": policy.cpu_list,
+        "resumed": cell.resumed,
     }
 
 
