@@ -116,3 +116,14 @@ def test_a_look_decides_each_comparison_once_and_names_the_rungs_still_needed():
     assert sequential.still_needed(comps, calls, "control", "native") == set()
     aa = [c for c in comps if c[0] == "aa"]
     assert sequential.still_needed(aa, {}, "control", "native") == {"control", "native"}
+
+
+def test_a_probe_waits_for_its_steps_only():
+    """A bisection's probe (good, probe, bad) is placed by its two steps: with both decided the
+    cell is done, though the ends' step over the floor (good -> bad) is still open."""
+    comps = sequential.cell_comparisons(["good", "probe", "bad"], "control", "good",
+                                        {"good", "probe", "bad", "control"})
+    steps = {sequential.comparison_key(*c): {} for c in comps if c[0] == "step"}
+    assert sequential.still_needed(comps, steps, "control", "good") == {
+        "good", "bad", "probe", "control"}  # the default waits for good -> bad too
+    assert sequential.still_needed(comps, steps, "control", "good", ("step",)) == set()

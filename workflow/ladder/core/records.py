@@ -134,6 +134,7 @@ class SequentialRecord(TypedDict, total=False):
     max: Required[int]
     rho: Required[float]
     factor: Required[float]
+    wait_for: list[str]
     threshold: Required[float]
     budget_s: Required[float | None]
     spent_s: Required[float]

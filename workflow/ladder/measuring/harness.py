@@ -469,7 +469,7 @@ def sequential_look(cell: Cell, policy: Policy, measured: int) -> None:
     # a comparison with a rung that failed or crashed gets no more rounds: it is not waited for
     comps = [c for c in sequential.cell_comparisons(ladder, control, twin, measured_names)
              if all(cell.status[n]["status"] == "measured" for n in c[1:])]
-    need = sequential.still_needed(comps, cell.decided, control, twin)
+    need = sequential.still_needed(comps, cell.decided, control, twin, seq["wait_for"])
     for name in sorted(set(cell.active) - need - set(cell.retired)):
         cell.retired[name] = measured
     if new:

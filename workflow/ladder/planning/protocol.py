@@ -334,6 +334,7 @@ def check_sequential(block: Mapping[str, Any] | None, phase: str | None
                           "rounds")
     return {"alpha": float(rule["alpha"]), "max": int(rule["max"]), "rho": float(rule["rho"]),
             "factor": dependence_factor(float(rule["rho"])),
+            "wait_for": list(rule.get("wait_for") or ["step", "vs_floor"]),
             "threshold": threshold_for(rule["threshold"], phase)}
 
 

@@ -234,13 +234,16 @@ def look(samples: Sequence[Mapping[str, Any]], ladder: Sequence[str], control: s
 
 
 def still_needed(comps: Sequence[tuple[str, str, str]], decided: Mapping[str, Any],
-                 control: str | None, twin: str | None) -> set[str]:
+                 control: str | None, twin: str | None,
+                 wait_for: Sequence[str] = ("step", "vs_floor")) -> set[str]:
     """The rungs the next round measures: those of an open comparison, and, while any is
     open, the control and its twin (the A/A check covers every round a call rests on). The A/A
     pair is a check on the calls, not a call of its own: once every other comparison is decided
     nothing is needed (it keeps the cell running only where it is the cell's one comparison).
-    Empty: the cell is done."""
-    calls = [c for c in comps if c[0] != "aa"] or list(comps)
+    ``wait_for``: the kinds of comparison the cell waits for (a bisection's probe: its steps,
+    which place it; the ends' own step is known). Empty: the cell is done."""
+    calls = [c for c in comps if c[0] != "aa" and c[0] in wait_for] or [
+        c for c in comps if c[0] == "aa"]
     need: set[str] = set()
     for kind, base, other in calls:
         if comparison_key(kind, base, other) not in decided:

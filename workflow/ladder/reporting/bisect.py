@@ -182,7 +182,10 @@ def step_overlay(config: Mapping[str, Any], arch: str, rungs: Sequence[Mapping[s
         "ladders": {arch: {"rungs": [dict(r) for r in rungs],
                            "control": {"name": "control", "twin": rungs[0]["name"]}}},
         "hosts": [{"name": HOST}],
-        "measure": {"quants": [quant], "threads": [threads], "workloads": workloads},
+        # a probe is measured until its placement is decided: its two steps (good -> probe,
+        # probe -> bad), not the ends' step it also carries (issue 61)
+        "measure": {"quants": [quant], "threads": [threads], "workloads": workloads,
+                    "sequential": {"wait_for": ["step"]}},
         "serving": serving,
     }
 
