@@ -554,8 +554,8 @@ def state_of(cell: Cell, next_round: int, spent_s: float, identity: str = "") ->
             "status": cell.status, "records": cell.records, "remeasured": cell.remeasured,
             "unresolved": cell.unresolved, "used_orders": cell.used_orders,
             "retired": cell.retired, "rounds": cell.rounds, "rounds_plan": cell.rounds_plan,
-            "decided": cell.decided, "round_seconds": cell.round_seconds,
-            "round_sizes": cell.round_sizes}
+            "decided": cell.decided, "stopped": cell.stopped,
+            "round_seconds": cell.round_seconds, "round_sizes": cell.round_sizes}
 
 
 def keep_state(where: Path, cell: Cell, state: Mapping[str, Any]) -> None:
@@ -595,6 +595,7 @@ def restore(cell: Cell, state: Mapping[str, Any]) -> tuple[int, float]:
     cell.retired = {k: int(v) for k, v in state["retired"].items()}
     cell.rounds, cell.rounds_plan = int(state["rounds"]), state["rounds_plan"]
     cell.decided = {k: dict(v) for k, v in state["decided"].items()}
+    cell.stopped = state.get("stopped")
     cell.round_seconds = [float(x) for x in state["round_seconds"]]
     cell.round_sizes = [int(x) for x in state["round_sizes"]]
     cell.resumed = {"after_round": int(state["next_round"]),
