@@ -156,16 +156,10 @@ def run_rule(rule: str, x: np.ndarray, band: float, factor: float, cap: int,
             "coverage": float(covered.mean()), "rounds": float(stop.mean())}
 
 
-def real_cells(series_file: Path, cap: int, resamples: int, block: int,
-               rng: np.random.Generator) -> list[dict[str, object]]:
-    """Real A/A cells from a ``measurements/resolving_power.py`` series: per model and workload,
-    the per-round log ratios of two disjoint label pairs (b over a, d over c; one binary, so
-    each is centred on 0), resampled by moving blocks of ``block`` rounds into ``resamples``
-    cells of ``cap`` rounds each; and the factor the run would measure from them (lags 1-3,
-    ``stats.pooled_dependence``)."""
-    from ladder.analysis import stats
-
-    doc = json.loads(series_file.read_text())
+def series_rounds(doc: dict) -> tuple[dict[tuple[str, str], dict[int, dict[str, float]]],
+                                      set[tuple[str, str, int]]]:
+    """A series' clean samples: (model, workload) -> round -> label -> tokens/s, and the
+    (model, workload, round) whose round was disturbed (warmup rounds left out)."""
     groups: dict[tuple[str, str], dict[int, dict[str, float]]] = {}
     bad: set[tuple[str, str, int]] = set()
     for smp in doc["samples"]:
@@ -176,6 +170,19 @@ def real_cells(series_file: Path, cap: int, resamples: int, block: int,
             bad.add((*key, smp["round"]))
         groups.setdefault(key, {}).setdefault(smp["round"], {})[smp["label"]] = \
             float(smp["tokens_per_s"])
+    return groups, bad
+
+
+def real_cells(series_file: Path, cap: int, resamples: int, block: int,
+               rng: np.random.Generator) -> list[dict[str, object]]:
+    """Real A/A cells from a ``measurements/resolving_power.py`` series: per model and workload,
+    the per-round log ratios of two disjoint label pairs (b over a, d over c; one binary, so
+    each is centred on 0), resampled by moving blocks of ``block`` rounds into ``resamples``
+    cells of ``cap`` rounds each; and the factor the run would measure from them (lags 1-3,
+    ``stats.pooled_dependence``)."""
+    from ladder.analysis import stats
+
+    groups, bad = series_rounds(json.loads(series_file.read_text()))
     out = []
     for key, rounds in sorted(groups.items()):
         ok = [r for r in sorted(rounds) if (*key, r) not in bad and len(rounds[r]) == 4]
@@ -229,16 +236,7 @@ def direct_cells(series_files: list[Path], cap: int) -> dict[str, dict[str, obje
     for f in series_files:
         doc = json.loads(f.read_text())
         labels = list(doc["labels"])
-        groups: dict[tuple[str, str], dict[int, dict[str, float]]] = {}
-        bad: set[tuple[str, str, int]] = set()
-        for smp in doc["samples"]:
-            key = (smp["model"], smp["workload"])
-            if smp.get("warmup"):
-                continue
-            if smp.get("disturbed"):
-                bad.add((*key, smp["round"]))
-            groups.setdefault(key, {}).setdefault(smp["round"], {})[smp["label"]] = \
-                float(smp["tokens_per_s"])
+        groups, bad = series_rounds(doc)
         for key, rounds in sorted(groups.items()):
             ok = [r for r in sorted(rounds)
                   if (*key, r) not in bad and len(rounds[r]) == len(labels)][:cap]
