@@ -90,7 +90,8 @@ def test_every_sample_traces_to_a_raw_file(report, run_dir):
         assert len(orders) == doc["warmup_rounds"] + seq["measured_rounds"] + len(
             dist["remeasured"]) - len(dist["unresolved"]) and doc["rounds"] == 3
         # the anytime-valid design, for real: a look after every round up to its maximum of 3,
-        # the cell's allowance from the run's budget (30 min shared with the serving points), and the
+        # the cell's allowance from the run's budget (30 min shared by the 6 bench cells and the
+        # llama-bench serving points), and the
         # cell's line in the run's ledger
         assert seq["max"] == 3 and seq["stopped"] in {"decided", "cap"}, seq
         assert seq["measured_rounds"] == 3 and doc["rounds_plan"] is None
@@ -857,8 +858,10 @@ def test_serving_under_load_per_request_records(report, run_dir):
     for row in doc["levels"]:  # each stored summary is what its records give
         if row["kind"] == "capacity":  # its probes' records: every request of every probe
             for p in row["capacity"]["probes"] + row["concurrency"]["probes"]:
-                recs = [r for r in doc["requests"] if (r["rung"], r["round"], r["level"])
-                        == (row["rung"], row["round"], p["level"])]
+                # one attempt's: a disturbed round's set-aside attempt shares rung, round, level
+                recs = [r for r in doc["requests"]
+                        if (r["rung"], r["round"], r["attempt"], r["level"])
+                        == (row["rung"], row["round"], row["attempt"], p["level"])]
                 cap_spec = spec["capacity"]
                 assert len(recs) == p["requests"] == (server_load.probe_requests(
                     p["rate"], cap_spec["requests"], cap_spec["probe_s"]) if "rate" in p else
@@ -868,8 +871,8 @@ def test_serving_under_load_per_request_records(report, run_dir):
             assert (row["capacity"]["hint"] is None) == (row["round"] == 0)
             assert (row["concurrency"]["hint"] is None) == (row["round"] == 0)
             continue
-        recs = [r for r in doc["requests"] if (r["rung"], r["round"], r["level"])
-                == (row["rung"], row["round"], row["level"])]
+        recs = [r for r in doc["requests"] if (r["rung"], r["round"], r["attempt"], r["level"])
+                == (row["rung"], row["round"], row["attempt"], row["level"])]
         assert load_client.summarize(recs, row["duration_s"], spec["limits"]) == row["summary"]
         assert row["cpus_seen"] and row["server_metrics"]["samples"] >= 1
     # issue 43, item 1: each rung's capacity in every round, judged across rounds
