@@ -90,13 +90,11 @@ def test_every_sample_traces_to_a_raw_file(report, run_dir):
         assert len(orders) == doc["warmup_rounds"] + seq["measured_rounds"] + len(
             dist["remeasured"]) - len(dist["unresolved"]) and doc["rounds"] == 3
         # the anytime-valid design, for real: a look after every round up to its maximum of 3,
-        # the cell's allowance from the run's budget (30 min shared by the 6 bench cells and the
-        # llama-bench serving points), and the
-        # cell's line in the run's ledger
+        # the cell's allowance from the run's budget (30 min shared by the 6 bench cells and
+        # the llama-bench serving points), and the cell's line in the run's ledger
         assert seq["max"] == 3 and seq["stopped"] in {"decided", "cap"}, seq
         assert seq["measured_rounds"] == 3 and doc["rounds_plan"] is None
-        # the budget is shared by the 10 bench cells and the llama-bench serving points
-        assert doc["budget"]["cells"] > 10 and doc["budget"]["budget_s"] == 1800
+        assert doc["budget"]["cells"] > 6 and doc["budget"]["budget_s"] == 1800
         assert 0 < seq["budget_s"] <= 1800 and seq["spent_s"] > 0
         decided += len(seq["decided"])
         ledger += [json.loads(line) for p in (run_dir / "logs" / "budget").glob("*/local.jsonl")
