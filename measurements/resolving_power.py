@@ -349,6 +349,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", help="measure into this folder (then analyse it)")
     ap.add_argument("--analyse", help="analyse this folder's series.json only")
+    ap.add_argument("--no-analysis", action="store_true",
+                    help="with --out: measure only (e.g. series for sequential_rules.py)")
     ap.add_argument("--bin-dir")
     ap.add_argument("--model", action="append", default=[])
     ap.add_argument("--workloads", default="pp32,pp128,tg64")
@@ -381,6 +383,8 @@ def main() -> None:
         if not (a.bin_dir and a.model):
             raise SystemExit("--out measures: it needs --bin-dir and at least one --model")
         a.analyse = str(measure(a))
+        if a.no_analysis:
+            return
     if not a.analyse:
         raise SystemExit("give --out (measure, then analyse) or --analyse DIR")
     analyse(a)
