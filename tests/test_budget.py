@@ -105,3 +105,21 @@ def test_rounds_to_decide_follows_the_gap_to_the_threshold():
     assert n is not None and n <= 28
     half = sequential.look_critical(n, 28, 0.05) * 0.1 / math.sqrt(n)
     assert math.log(1.3) - half >= math.log1p(band)
+
+
+def test_the_run_says_which_comparisons_the_budget_left_open(tmp_path, monkeypatch):
+    """A cell stopped by its budget: the run-level summary counts the comparisons by why they
+    stopped, names the open ones and the minutes that would decide them."""
+    exp = Speeds("q4_0/pp128/t2", {"floor": 1.0, "native_repack": 20.0, "vendor": 20.8,
+                                   "control": 20.0}, sd=0.06)
+    _clocked(monkeypatch, exp)
+    cell, policy = _ladder_cell(tmp_path), _sequential_policy(budget_s=40.0)
+    harness.measure(exp, cell, policy)
+    assert cell.stopped == "budget"
+    out = stats.summarize_cell(_doc(cell, policy), ["floor", "native_repack", "vendor"],
+                               "control", "native_repack", resamples=200)
+    got = stats.budget_summary([out])
+    assert got["by_reason"].get("budget", 0) >= 1
+    assert any("vendor over native_repack" in o["comparison"] for o in got["open"])
+    assert "Left open by the budget" in got["text"] and "more minutes" in got["text"]
+    assert stats.budget_summary([{"steps": [], "vs_floor": []}]) is None

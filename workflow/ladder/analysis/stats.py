@@ -529,9 +529,48 @@ def stop_record(seq: Mapping[str, Any], kind: str, base: str, other: str,
                  if seq.get("measured_rounds") else None)
     return {"rounds": r.n, "why": why, "at": d.get("at") if d else None,
             "decision": d.get("decision") if d else None, "max": int(seq["max"]),
-            "rounds_to_decide": need,
+            "rounds_to_decide": need, "per_round_s": per_round,
             "text": wording.stop(why, r.n, d.get("decision") if d else None,
                                  seq.get("budget_s"), int(seq["max"]), need, per_round)}
+
+
+def budget_summary(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The run's comparisons by why they stopped being measured (cells of the anytime-valid
+    design only; None without any), and what the open ones would need: per cell, the most
+    rounds one of its open comparisons needs beyond what it had, in minutes at the cell's pace
+    (None where an effect sits on ±δ and no rounds decide it)."""
+    counts: dict[str, int] = defaultdict(int)
+    open_: list[dict[str, Any]] = []
+    extra_s, unreachable = 0.0, 0
+    seen = False
+    for c in cells:
+        worst: float | None = 0.0
+        for comp in list(c.get("steps") or []) + list(c.get("vs_floor") or []):
+            st = comp.get("stop")
+            if not st:
+                continue
+            seen = True
+            counts[st["why"]] += 1
+            if st["why"] not in ("budget", "cap"):
+                continue
+            name = wording.comparison_name(c["quant"], c["workload"], c["threads"],
+                                           comp["rung"], comp["base"])
+            open_.append({"comparison": name, "why": st["why"], "rounds": st["rounds"],
+                          "rounds_to_decide": st.get("rounds_to_decide")})
+            need = st.get("rounds_to_decide")
+            if need is None or worst is None:
+                worst = None
+            elif st.get("per_round_s"):
+                worst = max(worst, (need - st["rounds"]) * float(st["per_round_s"]))
+        if worst is None:
+            unreachable += 1
+        else:
+            extra_s += worst
+    if not seen:
+        return None
+    return {"by_reason": dict(counts), "open": open_, "extra_minutes": round(extra_s / 60, 1),
+            "cells_unreachable": unreachable,
+            "text": wording.budget_summary(dict(counts), open_, extra_s / 60, unreachable)}
 
 
 def rounds_to_decide(m: float, sd: float, factor: float, n_max: int, alpha: float,

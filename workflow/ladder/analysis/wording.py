@@ -67,6 +67,26 @@ def stop(why: str, rounds: int, decision: str | None, budget_s: float | None,
     return f"open after {rounds} rounds: the design's maximum ({max_rounds} rounds){more}"
 
 
+def comparison_name(quant: str, workload: str, threads: int, rung: str, base: str) -> str:
+    return f"{quant} {workload} t{threads}: {rung} over {base}"
+
+
+def budget_summary(counts: Mapping[str, int], open_: Sequence[Mapping[str, Any]],
+                   extra_min: float, unreachable: int) -> str:
+    """One sentence of how the run's comparisons ended (the anytime-valid design)."""
+    total = sum(counts.values())
+    parts = ", ".join(f"{n} {why}" for why, n in sorted(counts.items()))
+    text = f"Measured until decided: {total} comparisons ({parts})."
+    if open_:
+        names = "; ".join(o["comparison"] for o in open_[:6]) + ("; ..." if len(open_) > 6 else "")
+        text += (f" Left open by the budget or the design's maximum: {names}. At the noise and "
+                 f"effects measured, about {extra_min:.1f} more minutes of measuring would "
+                 "decide them"
+                 + (f" (and {unreachable} cell(s) hold an effect on ±δ that no number of "
+                    "rounds decides)" if unreachable else "") + ".")
+    return text
+
+
 def with_stop(text: str, stop_text: str) -> str:
     return f"{text}; {stop_text}"
 

@@ -548,6 +548,10 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
                                     floor=(plan.get("ladder_order") or [None])[0])
     multiplicity["aa_checks"] = aa
     multiplicity["text"] += " " + aa["text"]
+    spent = stats.budget_summary(cells)  # how the anytime-valid design's comparisons ended
+    if spent:
+        multiplicity["budget"] = spent
+        multiplicity["text"] += " " + spent["text"]
     pooled = stats.pooled_checks(cells, stats_cfg["confidence"])
     rungs = []
     for pr in plan["rungs"]:
