@@ -95,7 +95,8 @@ def test_every_sample_traces_to_a_raw_file(report, run_dir):
         assert seq["max"] == 3 and seq["stopped"] in {"decided", "cap"}, seq
         assert seq["measured_rounds"] == 3 and doc["rounds_plan"] is None
         assert doc["budget"]["cells"] > 6 and doc["budget"]["budget_s"] == 1800
-        assert 0 < seq["budget_s"] <= 1800 and seq["spent_s"] > 0
+        assert seq["budget_s"] == doc["budget"]["allowance_s"] and seq["spent_s"] > 0
+        assert 0 < seq["budget_s"] <= 1800
         decided += len(seq["decided"])
         ledger += [json.loads(line) for p in (run_dir / "logs" / "budget").glob("*/local.jsonl")
                    for line in p.read_text().splitlines()]

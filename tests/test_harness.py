@@ -287,7 +287,9 @@ def test_a_killed_cell_continues_from_its_last_round(tmp_path, monkeypatch):
     shutil.rmtree(tmp_path / "raw")  # what Snakemake does with a killed job's outputs
     again = Speeds("q4_0/pp128/t2", speed, sd=0.06)
     _clocked(monkeypatch, again)
-    cell, _, meta = harness.run_cell(again, rungs, block, paths, (2, "prefill", None))
+    cell, policy, meta = harness.run_cell(again, rungs, block, paths, (2, "prefill", None),
+                                          budget_s=900.0)
+    assert policy.budget_s == 900.0 and meta["sequential"]["budget_s"] == 900.0
     assert min(r for _, r in again.ran) == 5  # rounds 0-4 kept, not measured again
     assert cell.seed == kept["seed"] and cell.used_orders[:5] == kept["used_orders"][:5]
     assert meta["resumed"]["after_round"] == 5 and meta["seed_source"] == "fresh (resumed)"

@@ -610,9 +610,10 @@ def run_cell(exp: Experiment, rungs: Sequence[RungEntry], block: Mapping[str, An
     """A measuring job: its policy from ``block`` (``policy_from``; ``job``: the processes'
     threads, the phase whose threshold the looks use, the job's CPUs), its cell through
     ``measure``, the per-process log lines appended to the job's log. The cell, the policy, and
-    what every result file records of them (``cell_meta``, with where the seed came from)."""
+    what every result file records of them (``cell_meta``, with where the seed came from).
+    ``budget_s``: the cell's allowance of the run's budget (the anytime-valid design only)."""
     threads, phase, own_cpus = job
-    policy = policy_from(block, threads, phase, own_cpus)
+    policy = policy_from(block, threads, phase, own_cpus, budget_s)
     seed, seed_source = protocol.run_seed(block["seed"])
     cell = open_cell(exp.name, rungs, paths.raw_dir, seed, none_ok=none_ok)
     # a killed run of this cell left its state beside the job's log: continue it (its seed
