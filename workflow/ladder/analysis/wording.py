@@ -21,7 +21,8 @@ NO_CONTROL = "no control check (control or twin not measured)"
 
 SEQUENTIAL_METHOD = ("geometric mean of per-round ratios; repeated confidence interval and "
                      "p-value of a group-sequential design looking after every round up to "
-                     "{max} (O'Brien-Fleming-type spending), valid whenever the cell stopped")
+                     "{max} (Kim-DeMets power-family spending, ρ = 2), valid whenever the cell "
+                     "stopped")
 
 
 def method(factor: float, design_max: int | None = None) -> str:
