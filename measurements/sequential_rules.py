@@ -9,8 +9,10 @@ third up to a cap. Rules:
   the estimate beyond δ, equivalent when the 90 % interval is inside ±δ;
 - ``tcs``: the anytime-valid t confidence sequence (savvi, Lindon et al. 2024) after every round,
   stopped as soon as it is wholly beyond ±δ or wholly inside it;
-- ``gs``: repeated confidence intervals of a group-sequential design (Lan-DeMets O'Brien-Fleming
-  spending, a look after every round up to the cap), stopped the same way.
+- ``gs``: repeated confidence intervals of a group-sequential design (a look after every round
+  up to the cap, error spent as α·t², the Kim-DeMets power family: the workflow's design),
+  stopped the same way;
+- ``obf``: the same with Lan-DeMets O'Brien-Fleming-type spending (the first candidate).
 
 At the cap an open comparison is reported as it stands: a call when the interval excludes 0
 ("by less than δ not ruled out"), else inconclusive. For each noise model, effect and rule:
@@ -128,7 +130,9 @@ def run_rule(rule: str, x: np.ndarray, band: float, factor: float, cap: int,
             if rule == "tcs":
                 crit = sequential.t_radius(j)
             else:
-                c = sequential.spending_bounds(cap)[j - sequential.MIN_ROUNDS]
+                c = sequential.spending_bounds(
+                    cap, rho=None if rule == "obf" else sequential.SPENDING_RHO)[
+                    j - sequential.MIN_ROUNDS]
                 crit = float(sps.t.ppf(sps.norm.cdf(c), j - 1))
             radius[:, j - 1] = crit * se[:, j - 1]
         lo, hi = mean - radius, mean + radius
@@ -216,7 +220,7 @@ def replay(dirs: list[str], cap: int, resamples: int, block: int, seed: int) -> 
             band = math.log1p(delta)
             for effect in (0.0, target):
                 mu = math.log1p(effect)
-                for rule in ("today", "tcs", "gs"):
+                for rule in ("today", "tcs", "gs", "obf"):
                     r = run_rule(rule, c["cells"] + mu, band, float(c["factor"]), cap, mu)
                     print(f"| {Path(d).name} | {c['key'][0]} {c['key'][1]} ({c['rounds']} rounds) "
                           f"| {float(c['sd']) * 100:.1f} % | {float(c['factor']):.2f} "
@@ -338,7 +342,7 @@ def main() -> int:
                 factor = (1 + RHO_ASSUMED) / (1 - RHO_ASSUMED)
             for effect in (0.0, target, 1.0, 15.0):
                 mu = math.log1p(effect)
-                for rule in ("today", "tcs", "gs"):
+                for rule in ("today", "tcs", "gs", "obf"):
                     r = run_rule(rule, e + mu, band, factor, args.cap, mu)
                     print(f"| {phase} ({sd:.0%}, {delta:.0%}) | {model} | {effect:+.0%} | {rule} "
                           f"| {r['called']:.1%} | {r['beyond']:.1%} | {r['equivalent']:.1%} "
