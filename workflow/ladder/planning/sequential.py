@@ -1,4 +1,4 @@
-"""Anytime-valid inference on a paired comparison (issue 56, the groundwork): two candidate
+"""Anytime-valid inference on a paired comparison (issue 56): two candidate
 sequences for the mean per-round log ratio of a comparison, valid however often a cell looks
 and whenever it stops, and the three decisions they allow against the practical threshold δ.
 
@@ -16,9 +16,10 @@ and whenever it stops, and the three decisions they allow against the practical 
   here, by simulation of the standardised partial sums, with a fixed seed.
 
 Both take the run's dependence as a variance factor on the standard error (``factor``: 1 for
-independent rounds). Which one the harness uses is chosen by measurement
-(``measurements/sequential_rules.py``, docs/anytime-valid.md); neither is wired into the
-measurement yet.
+independent rounds). The harness uses ``repeated_interval`` (chosen by measurement:
+``measurements/sequential_rules.py``, docs/anytime-valid.md): ``look`` after every round of a
+cell, ``still_needed`` for the rungs the next round runs; the analysis reads the same bounds
+(``look_critical``, ``repeated_p``).
 """
 
 from __future__ import annotations
