@@ -128,30 +128,35 @@ def _tq(confidence: float, df: float) -> float:
     return t_quantile((1 + confidence) / 2, df)
 
 
-def _p_two_sided(mean: float, se: float, df: float) -> float:
+def _p_value(mean: float, se: float, df: float, n: int = 0,
+             design_max: int | None = None) -> float:
+    """Two-sided p of "no difference": the paired t-test's, or for a comparison of the
+    anytime-valid design the repeated p-value at the look after its ``n`` rounds."""
     if se == 0:
         return 0.0 if mean != 0 else 1.0
+    if design_max:
+        return repeated_p(abs(mean) / se, n, design_max)
     return float(2 * sps.t.sf(abs(mean) / se, df))
+
+
+def _critical(confidence: float, df: float, n: int, design_max: int | None) -> float:
+    if design_max:
+        return look_critical(n, design_max, 1 - confidence)
+    return _tq(confidence, df)
 
 
 def critical(r: RatioEstimate, confidence: float) -> float:
     """The interval's critical value (standard errors) at ``confidence``: Student's t with the
     estimate's degrees of freedom, or, for a comparison of the anytime-valid design, the
     design's repeated interval at the look after its rounds (``sequential.look_critical``)."""
-    if r.design_max:
-        return look_critical(r.n, r.design_max, 1 - confidence)
-    return _tq(confidence, float(r.df or 1))
+    return _critical(confidence, float(r.df or 1), r.n, r.design_max)
 
 
 def _estimate(mean: float, se: float, df: float, n: int, per_round: list[float],
               confidence: float, method: str, sd: float | None,
               design_max: int | None = None) -> RatioEstimate:
-    if design_max:
-        half = look_critical(n, design_max, 1 - confidence) * se
-        p = (repeated_p(abs(mean) / se, n, design_max) if se
-             else (0.0 if mean != 0 else 1.0))
-    else:
-        half, p = _tq(confidence, df) * se, _p_two_sided(mean, se, df)
+    half = _critical(confidence, df, n, design_max) * se
+    p = _p_value(mean, se, df, n, design_max)
     return RatioEstimate(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n,
                          per_round, confidence, method, sd, se, df, p, design_max)
 
@@ -225,16 +230,12 @@ def verdict(r: RatioEstimate, threshold: float | None, *, bias: float = 0.0,
     m, se, df = math.log(r.estimate), r.se_log, r.df
     band = math.log1p(threshold)
     shrunk = max(0.0, abs(m) - bias)
-    if r.design_max:
-        p = repeated_p(shrunk / se, r.n, r.design_max) if se else (0.0 if shrunk else 1.0)
-    else:
-        p = _p_two_sided(shrunk, se, df)
+    p = _p_value(shrunk, se, df, r.n, r.design_max)
     significant = (p <= alpha) if selected is None else bool(selected and p <= alpha)
     conf = shown_confidence or r.confidence
     half = critical(r, conf) * se + bias
     lo, hi = math.exp(m - half), math.exp(m + half)
-    crit = critical(r, r.confidence) if r.design_max else None
-    mde = smallest_callable(se, df, alpha, threshold, bias=bias, crit=crit)
+    mde = smallest_callable(se, df, alpha, threshold, bias=bias, crit=critical(r, r.confidence))
     ci = wording.interval(conf, lo, hi, bool(shown_confidence), bias, bias_why)
     common: dict[str, Any] = dict(resolving_power=mde, threshold=threshold, p_value=p,
                   adjusted=selected is not None, widened=bias or None, interval=[lo, hi])
@@ -299,7 +300,7 @@ def aa_figures(ct: RatioEstimate | None, threshold: float) -> dict[str, Any] | N
             "rounds": ct.n, "threshold": threshold,
             "smallest_callable": smallest_callable(
                 ct.se_log, ct.df, 1 - ct.confidence, threshold,
-                crit=critical(ct, ct.confidence) if ct.design_max else None)}
+                crit=critical(ct, ct.confidence))}
 
 
 def interval_reach(r: RatioEstimate) -> float | None:
@@ -576,14 +577,15 @@ def budget_summary(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
 def rounds_to_decide(m: float, sd: float, factor: float, n_max: int, alpha: float,
                      threshold: float, limit: int = 400) -> int | None:
     """The fewest rounds at which a comparison with this per-round SD and mean log ratio would
-    be decided (its repeated interval, for a design of at least that many rounds, wholly beyond
-    ±δ or wholly inside it), if the effect stays as measured; None: not within ``limit``
-    (the effect sits on ±δ)."""
+    be decided (its repeated interval wholly beyond ±δ or wholly inside it), if the effect
+    stays as measured; None: not within ``limit`` (the effect sits on ±δ). Up to the design's
+    maximum, its own looks; beyond it, the fixed-n t-interval (what a longer design would need
+    at least)."""
     gap = abs(abs(m) - math.log1p(threshold))
     if sd <= 0:
         return MIN_ROUNDS
     for n in range(MIN_ROUNDS, limit + 1):
-        crit = look_critical(n, max(n, n_max), alpha) if n <= n_max else _tq(1 - alpha, n - 1)
+        crit = look_critical(n, n_max, alpha) if n <= n_max else _tq(1 - alpha, n - 1)
         if crit * sd * math.sqrt(max(1.0, factor)) / math.sqrt(n) <= gap:
             return n
     return None

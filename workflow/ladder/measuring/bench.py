@@ -164,7 +164,7 @@ def measure(exp: BenchCell, rungs: Sequence[RungEntry], block: Mapping[str, Any]
     settings); when that build failed or is not applicable, the cell is written with each
     rung's status and no samples (the report names it), instead of failing the workflow.
 
-    With ``sequential.enabled`` (the default) the pilot and the looks above give way to the
+    With ``sequential.enabled`` (on in config.yaml) the pilot and the looks above give way to the
     anytime-valid design: a look after every round, each comparison measured until it is
     decided, within the cell's allowance of the run's ``budget`` (``ladder.planning.budget``),
     recorded with the cell (``sequential``, ``budget``) and in the run's ledger."""

@@ -492,20 +492,22 @@ def over_budget(cell: Cell, policy: Policy, measured: int, spent: float) -> bool
     return spent + per_rung * len(running) > policy.budget_s
 
 
-def measure(exp: Experiment, cell: Cell, policy: Policy, resume: Path | None = None) -> None:
+def measure(exp: Experiment, cell: Cell, policy: Policy, resume: Path | None = None,
+            kept: Mapping[str, Any] | None = None) -> None:
     """Run ``warmup_rounds + rounds`` interleaved rounds of ``exp`` on ``cell`` (its records,
     statuses and re-measures are the cell's afterwards); spare orders for re-measured rounds
     come from the same seeded sequence, after the planned ones. ``resume``: where the cell's
-    state is kept after every round (``state_of``) until it ends; a state there (checked by
-    ``run_cell``) is continued from (``restore``), its rounds kept."""
+    state is kept after every round (``state_of``) until it ends; ``kept``: a killed run's
+    state of this cell (checked by ``run_cell``), continued from (``restore``) with its raw
+    files put back from ``resume``."""
     cell.rounds = policy.horizon  # until a pilot look chooses them
     first = policy.warmup_rounds + policy.horizon
     orders = round_orders(cell.active, first + policy.horizon * policy.limits["max_remeasure"],
                           cell.seed, cell.name)
     spare = iter(orders[first:])
     rnd, spent_before = 0, 0.0
-    if resume is not None and (resume / "state.json").is_file():
-        rnd, spent_before = restore(cell, read_json(resume / "state.json"))
+    if kept is not None and resume is not None:
+        rnd, spent_before = restore(cell, kept)
         # the raw files of the kept rounds (Snakemake removed the killed job's outputs)
         shutil.copytree(resume / "raw", cell.raw, dirs_exist_ok=True)
         for _ in range(len(cell.used_orders) - rnd):  # the spare orders re-measures used
@@ -544,11 +546,11 @@ def measure(exp: Experiment, cell: Cell, policy: Policy, resume: Path | None = N
 STATE_FORMAT = "ladder-cell-state/1"
 
 
-def state_of(cell: Cell, next_round: int, spent_s: float, identity: str = "") -> dict[str, Any]:
+def state_of(cell: Cell, next_round: int, spent_s: float) -> dict[str, Any]:
     """What a killed run needs to continue a cell (``restore``): every record, status and
     decision so far, the orders used, and the round to measure next."""
     return {"format": STATE_FORMAT, "protocol": protocol.VERSION, "cell": cell.name,
-            "identity": identity or cell.identity, "seed": cell.seed,
+            "identity": cell.identity, "seed": cell.seed,
             "next_round": next_round, "spent_s": spent_s,
             "build_keys": {n: st.get("build_key") for n, st in cell.status.items()},
             "status": cell.status, "records": cell.records, "remeasured": cell.remeasured,
@@ -623,9 +625,11 @@ def run_cell(exp: Experiment, rungs: Sequence[RungEntry], block: Mapping[str, An
     kept = read_json(resume / "state.json") if (resume / "state.json").is_file() else None
     if kept is not None and resumable(kept, cell.name, cell.status, cell.identity):
         cell.seed, seed_source = int(kept["seed"]), f"{seed_source} (resumed)"
-    elif resume.exists():  # another cell's settings or builds: set aside, never mixed in
-        resume.replace(resume.with_suffix(f".stale-{time.strftime('%Y%m%dT%H%M%S')}"))
-    measure(exp, cell, policy, resume=resume)
+    else:
+        kept = None
+        if resume.exists():  # another cell's settings or builds: set aside, never mixed in
+            resume.replace(resume.with_suffix(f".stale-{time.strftime('%Y%m%dT%H%M%S')}"))
+    measure(exp, cell, policy, resume=resume, kept=kept)
     with open(paths.log, "a") as f:  # beside the progress lines the job's logger already wrote
         f.write("\n".join(cell.log_lines) + "\n")
     shutil.rmtree(resume, ignore_errors=True)  # the cell ended: its result holds everything
