@@ -185,6 +185,36 @@ def test_no_step_between_equal_ends_stops_at_once(history, tmp_path, monkeypatch
     assert doc["ends"]["call"] == "equivalent"
 
 
+def test_ends_left_open_say_the_rounds_that_would_decide_them(history, tmp_path, monkeypatch):
+    """Issue 61, item 5: a moderate step the ends' rounds cannot resolve (the anytime-valid
+    design's maximum reached with the comparison open) is reported as unresolved with the
+    rounds, and the setting, that would decide it at the noise and effect measured."""
+    repo, shas = history
+    b, config = bisection(repo, shas, tmp_path, monkeypatch)
+    seq = {"enabled": True, "alpha": 0.05, "max": 4, "rho": 0.05, "factor": 1.105,
+           "wait_for": None, "rule": "gs", "threshold": 0.05, "budget_s": None,
+           "spent_s": 8.0, "measured_rounds": 4, "stopped": "cap", "decided": {}, "left": {}}
+
+    def fake_measure(label, commits):
+        names = [c.name for c in commits]
+        doc = cell_doc({names[0]: 100.0, names[1]: 93.0, "control": 100.0}, rounds=4, seed=3,
+                       noise={n: 0.06 for n in [*names, "control"]})
+        doc["sequential"] = seq
+        return {"label": label, "commits": [], "wall_s": 1.0, "builds": [],
+                "not_measured": {}, "cell_summary": bisect.judge(doc, names, config)}
+
+    monkeypatch.setattr(b, "measure", fake_measure)
+    doc = b.run()
+    assert doc["result"] == "unresolved" and len(doc["steps"]) == 1, doc["text"]
+    need = doc["needs"]
+    assert need["why"] == "cap" and need["rounds"] > 4
+    assert need["config"] == f"measure.sequential.max={need['rounds']}"
+    assert need["minutes"] == round(need["rounds"] * 2.0 / 60, 1)
+    assert doc["ends"]["stop"]["why"] == "cap"
+    assert f"run again with --config measure.sequential.max={need['rounds']}" in doc["text"]
+    assert "**unresolved**" in bisect.render(doc)
+
+
 def test_unknown_rung_and_workload_are_named(history, tmp_path, monkeypatch):
     repo, shas = history
     monkeypatch.chdir(ROOT)
@@ -358,3 +388,55 @@ def test_the_expected_cost_says_when_a_steps_rounds_cannot_place_a_probe(monkeyp
     assert out["probes"] == 3 and out["wall_s"] == 360.0
     assert out["rounds_to_place"] > out["step_rounds"] == 8
     assert "probes may be left unplaced (skipped); --config measure.rounds=" in out["text"]
+
+
+def test_ends_too_close_for_the_rounds_stop_before_walking(history, tmp_path, monkeypatch):
+    """Measured 2026-12-07 (docs/bisect.md): ends 4 % apart in 9.5 % noise, and every probe of
+    an 8-commit walk was left unplaced at 28 rounds (24.5 min, "among skipped"). Now, when the
+    ends say a step's rounds would not place a probe, the walk stops after the ends with the
+    rounds and the setting it needs ("unresolved"); --walk-anyway walks regardless."""
+    repo, shas = history
+    index = {f"c_{s[:10]}": i for i, s in enumerate(shas)}
+
+    def fake(label, commits, rounds=3):
+        names = [c.name for c in commits]
+        doc = cell_doc({n: 100.0 if index[n] < 3 else 90.0 for n in names} | {"control": 100.0},
+                       rounds=rounds, seed=11, noise={n: 0.12 for n in [*names, "control"]})
+        return {"label": label, "commits": [c.sha for c in commits], "wall_s": 60.0,
+                "builds": [], "not_measured": {},
+                "cell_summary": bisect.judge(doc, names, config)}
+
+    b, config = bisection(repo, shas, tmp_path, monkeypatch)
+    ends = fake("ends", [b.commits[0], b.commits[-1]], rounds=40)
+    step = bisect.brief(bisect.comparison(ends["cell_summary"], b.commits[0].name,
+                                          b.commits[-1].name))
+    assert step["call"] == "slower", step["text"]  # called, at 40 rounds
+    expected = bisect.expected_cost(len(shas), ends, step)
+    need = bisect.out_of_placing(expected, *b.most_rounds())
+    assert b.most_rounds() == (3, "measure.sequential.max")
+    assert config["measure"]["sequential"]["max"] == 3
+    assert need is not None and need["why"] == "probes" and (need["rounds"] or 999) > 3
+    if need["rounds"]:
+        assert need["config"] == f"measure.sequential.max={need['rounds']}"
+        assert need["minutes"] == round((expected["probes"] + 1) * 60.0 * need["rounds"] / 40
+                                        / 60, 1)
+    measured = []
+
+    def fake_measure(label, commits):
+        measured.append(label)
+        return ends if label == "ends" else fake(label, commits)
+
+    monkeypatch.setattr(b, "measure", fake_measure)
+    doc = b.run()
+    assert doc["result"] == "unresolved" and measured == ["ends"], doc["text"]
+    assert doc["needs"]["why"] == "probes"
+    assert doc["text"].startswith("the walk would not place its probes: bad over good")
+    assert "--walk-anyway" in doc["text"]
+    assert json.loads((b.dir / "bisect.json").read_text())["result"] == "unresolved"
+    # walking anyway: probes are measured (and, at these rounds, left unplaced)
+    b2, _ = bisection(repo, shas, tmp_path / "again", monkeypatch)
+    b2.args.walk_anyway = True
+    monkeypatch.setattr(b2, "measure", fake_measure)
+    measured.clear()
+    b2.run()
+    assert len(measured) > 1 and measured[1].startswith("probe-")

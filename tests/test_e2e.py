@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+import histories
 from workflow_runner import make_workdir, run_snakemake, shared_resources
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -354,47 +355,6 @@ def test_a_rung_carries_patches(run_dir, tmp_path):
     assert counts.get("evidence") == 1 and "quantize" not in counts, counts
 
 
-def slow_history(tmp_path: Path) -> Path:
-    """A local git repository (a stand-in for the git path): the default source's tree, then a
-    README line, a commit that does not compile (a syntax error in ggml-cpu.c) and the one that
-    fixes it, then the commit that really slows a kernel path (every mul_mat chunk's dot
-    products computed three times: the floor's path), then a note in the docs."""
-    base = next(Path(d["root"]) for d in (json.loads(p.read_text()) for p in
-                                          (shared_resources() / "sources").glob("*/source.json"))
-                if d.get("status", "ok") == "ok" and d["identity"]["kind"] == "pypi"
-                and not d["identity"].get("patches"))
-    repo = tmp_path / "repo"
-    subprocess.run(["cp", "-r", str(base), str(repo)], check=True)
-    subprocess.run(["rm", "-rf", str(repo / ".git")], check=True)  # the sdist's submodule link
-
-    def commit(message: str) -> None:
-        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam",
-                        message], cwd=repo, check=True)
-
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
-    commit("the base: llama.cpp 0c1e570 as vendored by llama-cpp-python 0.3.36")
-    with open(repo / "README.md", "a") as f:
-        f.write("a line\n")
-    commit("docs: a line in the README")
-    mm = repo / "ggml" / "src" / "ggml-cpu" / "ggml-cpu.c"
-    text = mm.read_text()
-    mm.write_text(text + "\nthis does not compile\n")
-    commit("ggml-cpu: a commit that does not build")
-    mm.write_text(text)
-    commit("ggml-cpu: build again")
-    loop = ("                for (int64_t ir0 = iir0; ir0 < iir0 + blck_0 && ir0 < ir0_end; "
-            "ir0 += num_rows_per_vec_dot) {\n                    vec_dot(")
-    assert text.count(loop) == 1
-    mm.write_text(text.replace(loop, "                for (int rep = 0; rep < 3; ++rep)\n"
-                                     + loop))
-    commit("ggml-cpu: compute each mul_mat chunk's dot products three times")
-    with open(repo / "docs" / "build.md", "a") as f:
-        f.write("a note\n")
-    commit("docs: a note on building")
-    return repo
-
-
 def test_bisect_finds_the_slow_commit(run_dir, tmp_path):
     """Issue 41, item 5, and issue 61: ``ladder bisect`` over a 6-commit history on the floor's
     recipe, one cell (Q4_0 pp16 at 2 threads): the ends, then the probes, each built (ccache
@@ -403,7 +363,7 @@ def test_bisect_finds_the_slow_commit(run_dir, tmp_path):
     neighbour tried, as git bisect skip does; the slow commit is still named with its
     interval. Run again, nothing is built or measured: every step is content-addressed, the
     failed build a fact kept."""
-    repo = slow_history(tmp_path)
+    repo = histories.slow_history(tmp_path / "repo")
     shas = subprocess.run(["git", "rev-list", "--reverse", "HEAD"], cwd=repo, check=True,
                           capture_output=True, text=True).stdout.split()
     rounds = tmp_path / "rounds.yaml"  # a 3x step, called at 4 rounds
@@ -442,6 +402,51 @@ def test_bisect_finds_the_slow_commit(run_dir, tmp_path):
         if step.is_dir():
             assert "Nothing to be done" in (step / "snakemake.log").read_text(), step
     assert json.loads(found.read_text())["first_bad"] == shas[4]
+
+
+# the floor decodes ~23 tokens/s here (44 ms a token, some 600 graph nodes): 5 µs a node is a
+# moderate step of the kind people chase (5-10 %)
+MODERATE_SPIN_US = 5
+
+
+def test_bisect_a_moderate_step_is_found_or_says_what_it_needs(run_dir, tmp_path):
+    """Issue 61, item 5: a 3-commit history whose middle commit spins 5 µs after every graph
+    node (``histories.spin``: a moderate decode step, the kind real regressions are), on the
+    floor's recipe, tg16 at 2 threads, at most 4 rounds a step. The walk either finds the
+    commit (its interval from the step that measured it) or says the ends were not resolved,
+    with the rounds and the setting that would decide them; it never names a commit it did not
+    place, and never calls the ends equivalent."""
+    repo = histories.spin_history(tmp_path / "repo", 3, 1, MODERATE_SPIN_US)
+    shas = subprocess.run(["git", "rev-list", "--reverse", "HEAD"], cwd=repo, check=True,
+                          capture_output=True, text=True).stdout.split()
+    rounds = tmp_path / "rounds.yaml"
+    rounds.write_text("measure: {rounds: 4, repetitions: 1, rounds_from_noise: {enabled: false}, "
+                      "sequential: {max: 4}}\n")
+    argv = [sys.executable, "-m", "ladder.reporting.bisect", "--repo", str(repo), "--good",
+            shas[0], "--bad", shas[-1], "--rung", "floor", "--quant", "Q4_0", "--workload",
+            "tg16", "--threads", "2", "-d", str(tmp_path / "work"), "--configfile",
+            str(E2E_CONFIG), str(rounds), "--config", f"resources_dir={shared_resources()}"]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+    assert res.returncode == 0, res.stderr[-4000:]
+    [found] = (tmp_path / "work" / "bisect").glob("*/bisect.json")
+    doc = json.loads(found.read_text())
+    ends = doc["ends"]
+    assert ends["estimate"] < 1 and ends["call"] != "equivalent", ends
+    assert ends["stop"]["rounds"] <= 4, ends["stop"]
+    if doc["result"] == "unresolved":  # the ends left open, or too close to place a probe
+        need = doc["needs"]
+        assert len(doc["steps"]) == 1 and need["why"] in ("cap", "budget", "futile", "probes")
+        if need["why"] != "probes":
+            assert ends["call"] not in ("faster", "slower"), doc["text"]
+        assert need["rounds"] is None or need["rounds"] > 4, doc["text"]
+        if need["rounds"]:
+            assert f"--config measure.sequential.max={need['rounds']}" in res.stdout
+    elif doc["result"] == "step":
+        assert doc["first_bad"] == shas[1] and doc["far_side"]["vs_good"]["call"] == "slower"
+    else:  # the probe left unplaced at 4 rounds: the step is one of the two commits after good
+        assert doc["result"] == "among skipped", doc["text"]
+        assert doc["candidates"] == shas[1:], doc["text"]
+    print(f"moderate step: {doc['result']}: {doc['text']}")
 
 
 def rule_counts(out: str) -> dict[str, int]:

@@ -216,8 +216,24 @@ def comparison(cell: Mapping[str, Any], base: str, rung: str) -> dict[str, Any]:
 
 def brief(comp: Mapping[str, Any]) -> dict[str, Any]:
     r, v = comp["ratio"], comp["verdict"]
-    return {"call": v["call"], "estimate": r["estimate"], "lo": r["lo"], "hi": r["hi"],
-            "rounds": r["n"], "text": v["text"]}
+    out = {"call": v["call"], "estimate": r["estimate"], "lo": r["lo"], "hi": r["hi"],
+           "rounds": r["n"], "text": v["text"]}
+    if comp.get("stop"):  # the anytime-valid design: why it stopped, what would decide it
+        out["stop"] = comp["stop"]
+    return out
+
+
+def unresolved(step: Mapping[str, Any]) -> dict[str, Any] | None:
+    """When the ends' comparison was left open (by the design's maximum or the budget), the
+    rounds that would decide it at the noise and effect measured, and the setting that gives
+    them; None when it was decided (a step, or equivalent ends) or no number of rounds would."""
+    stop = step.get("stop") or {}
+    need = stop.get("rounds_to_decide")
+    if stop.get("why") not in ("cap", "budget", "futile") or not need:
+        return None
+    per_round = stop.get("per_round_s")
+    return {"rounds": int(need), "why": stop["why"], "config": f"measure.sequential.max={need}",
+            "minutes": round(need * per_round / 60, 1) if per_round else None}
 
 
 def place(vs_good: Mapping[str, Any], to_bad: Mapping[str, Any], direction: str) -> str:
@@ -255,6 +271,17 @@ class Bisection:
         self.id = hashlib.sha256(ident.encode()).hexdigest()[:12]
         self.dir = workdir / "bisect" / self.id
         self.steps: list[dict[str, Any]] = []
+
+    def most_rounds(self) -> tuple[int, str]:
+        """The most rounds a step measures and the setting that sets them: the anytime-valid
+        design's maximum, else the pilot's maximum, else the fixed rounds."""
+        m = self.config["measure"]
+        if (m.get("sequential") or {}).get("enabled"):
+            return int(m["sequential"]["max"]), "measure.sequential.max"
+        rule = m.get("rounds_from_noise") or {}
+        if rule.get("enabled"):
+            return int(rule["max"]), "measure.rounds_from_noise.max"
+        return int(m["rounds"]), "measure.rounds"
 
     def rung(self, c: Commit) -> dict[str, Any]:
         # every probe's source from the local mirror: the network was touched once, by mirror()
@@ -351,10 +378,24 @@ class Bisection:
         ends["bad_vs_good"] = doc["ends"] = step
         if step["call"] not in stats.CALLS:
             doc.update(result="no step", text=f"no step between the ends: {step['text']}")
+            need = unresolved(step)
+            if need:  # a step the ends' rounds could not resolve: what would
+                doc.update(result="unresolved", needs=need, text=(
+                    f"the ends were not resolved: bad over good {step['text']}; to decide it, "
+                    f"run again with --config {need['config']}"
+                    + (f" (about {need['minutes']} min for the ends)" if need["minutes"] else "")))
             self.save(doc)
             return doc
         doc["expected"] = expected_cost(len(cs), ends, step)
         print(f"ladder bisect: {doc['expected']['text']}", file=sys.stderr, flush=True)
+        need = out_of_placing(doc["expected"], *self.most_rounds())
+        if need and not getattr(self.args, "walk_anyway", False):
+            # walking would skip probe after probe, each a full step: say what it needs
+            doc.update(result="unresolved", needs=need, text=(
+                f"the walk would not place its probes: bad over good {step['text']}; "
+                + need["text"]))
+            self.save(doc)
+            return doc
         self.save(doc)
         direction = step["call"]
         lo, hi = 0, len(cs) - 1
@@ -435,6 +476,7 @@ def expected_cost(n_commits: int, ends: Mapping[str, Any], step: Mapping[str, An
     # measured by the anytime-valid design (its comparisons say why they stopped): a probe's
     # step stops as soon as it is decided, and its maximum is what more rounds would raise
     sequential = any("stop" in c for c in cell.get("steps") or [])
+    out["sequential"] = sequential
     aa = (cell.get("noise_floor") or {}).get("aa") or {}
     sd, rounds = aa.get("sd_per_round"), aa.get("rounds")
     threshold = (cell.get("noise_floor") or {}).get("threshold")
@@ -459,6 +501,43 @@ def expected_cost(n_commits: int, ends: Mapping[str, Any], step: Mapping[str, An
             text += (f"; a step's {rounds} rounds call the {effect * 100:.1f} % step with 80 % "
                      f"power ({need} would do)")
     out["text"] = text
+    return out
+
+
+def out_of_placing(expected: Mapping[str, Any], most: int, setting: str
+                   ) -> dict[str, Any] | None:
+    """When the ends' effect and noise say a step's rounds (at most ``most``, set by
+    ``setting``) would not place a probe with 80 % power (``expected_cost``), what the walk
+    needs instead: the rounds, the setting that gives them and the walk's minutes at that many
+    rounds a step (its steps scaled from the ends'); None when they would (or nothing was
+    measured to say)."""
+    if "rounds_to_place" not in expected:
+        return None
+    need = expected["rounds_to_place"]
+    if need is not None and need <= most:
+        return None
+    out: dict[str, Any] = {"why": "probes", "rounds": need, "most": most}
+    if need is None:
+        out["text"] = (f"placing a probe needs a {expected['step_effect'] * 100:.1f} % "
+                       f"difference called, which at this noise (A/A SD "
+                       f"{expected['aa_sd'] * 100:.1f} % per round) takes more than 200 rounds:"
+                       " the step is too small for this noise to bisect (--walk-anyway walks "
+                       "regardless)")
+        return out
+    out["config"] = f"{setting}={need}"
+    steps = int(expected["probes"]) + 1
+    wall = float(expected.get("step_wall_s") or 0)
+    rounds = int(expected.get("step_rounds") or 0)
+    out["minutes"] = round(steps * wall * need / rounds / 60, 1) if wall and rounds else None
+    out["text"] = (f"placing a probe needs a {expected['step_effect'] * 100:.1f} % difference "
+                   f"called: at this noise (A/A SD {expected['aa_sd'] * 100:.1f} % per round) "
+                   f"about {need} rounds for 80 % power, and a step measures at most {most} "
+                   f"({setting}). "
+                   f"Run again with --config {out['config']}"
+                   + (f" (about {out['minutes']} min for the ends and {steps - 1} probes)"
+                      if out["minutes"] else "")
+                   + f", or with --walk-anyway to walk at {most} (probes may be left unplaced "
+                   "and skipped)")
     return out
 
 
@@ -527,6 +606,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--configfile", nargs="+", action="extend", default=[])
     ap.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE")
     ap.add_argument("--cores", default="all")
+    ap.add_argument("--walk-anyway", action="store_true",
+                    help="walk even when the ends say a step's rounds would not place a probe")
     ap.add_argument("--offline", action="store_true",
                     help="touch no network: use the mirror an earlier bisection left")
     args = ap.parse_args(argv)
