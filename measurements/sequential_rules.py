@@ -12,7 +12,13 @@ third up to a cap. Rules:
 - ``gs``: repeated confidence intervals of a group-sequential design (a look after every round
   up to the cap, error spent as α·t², the Kim-DeMets power family: the workflow's design),
   stopped the same way;
-- ``obf``: the same with Lan-DeMets O'Brien-Fleming-type spending (the first candidate).
+- ``obf``: the same with Lan-DeMets O'Brien-Fleming-type spending (the first candidate);
+- ``gsf``: ``gs`` with non-binding futility (``sequential.out_of_reach``): after ``--after``
+  rounds, an open comparison that would need more than ``--margin`` x cap rounds at the noise
+  and effect measured so far is stopped and reported as it stands.
+
+``--futility`` compares ``gs`` and ``gsf`` only, over effects from 0 to twice the target (the
+ones near ±δ are where futility saves rounds and where it can cost a decision).
 
 At the cap an open comparison is reported as it stands: a call when the interval excludes 0
 ("by less than δ not ruled out"), else inconclusive. For each noise model, effect and rule:
@@ -49,6 +55,19 @@ RHO_ASSUMED = 0.05  # protocol.ASSUMED_RHO: what a cell assumes today
 
 
 LAGS = 3  # the lags whose autocorrelations the run's factor sums (stats.run_dependence)
+# the simulated comparisons: (phase, per-round SD, δ, target effect)
+PHASES = (("prefill", 0.18, 0.05, 0.10), ("decode", 0.09, 0.03, 0.05), ("quiet", 0.06, 0.05, 0.10))
+FUTILITY = {"enabled": True, "after": 14, "margin": 4.0}  # gsf's (--after, --margin)
+
+
+def reach(cap: int, alpha: float = 0.05) -> float:
+    """min over n <= margin x cap of crit(n)/sqrt(n) (``sequential.rounds_to_decide``'s
+    critical values): a comparison is out of reach when its gap to ±δ is under this times its
+    per-round SD (dependence included)."""
+    limit = int(math.ceil(FUTILITY["margin"] * cap))
+    return min((sequential.look_critical(n, cap, alpha) if n <= cap
+                else float(sps.t.ppf(1 - alpha / 2, n - 1))) / math.sqrt(n)
+               for n in range(sequential.MIN_ROUNDS, limit + 1))
 
 
 def noise(model: str, cells: int, n: int, sd: float, rng: np.random.Generator
@@ -137,6 +156,8 @@ def run_rule(rule: str, x: np.ndarray, band: float, factor: float, cap: int,
             radius[:, j - 1] = crit * se[:, j - 1]
         lo, hi = mean - radius, mean + radius
         done = np.zeros(cells, dtype=bool)
+        futile = np.zeros(cells, dtype=bool)
+        c_reach = reach(cap) if rule == "gsf" else 0.0
         for j in range(sequential.MIN_ROUNDS, cap + 1):
             i = j - 1
             covered &= done | ((lo[:, i] <= mu) & (mu <= hi[:, i]))
@@ -148,8 +169,20 @@ def run_rule(rule: str, x: np.ndarray, band: float, factor: float, cap: int,
             decision[now & eq & ~up & ~down] = "equivalent"
             stop[now] = j
             done |= now
+            if rule == "gsf" and j >= FUTILITY["after"]:
+                gap = np.abs(np.abs(mean[:, i]) - band)
+                out = ~done & (gap < c_reach * se[:, i] * math.sqrt(j))
+                futile |= out
+                stop[out] = j
+                done |= out
         i = cap - 1
-        open_ = ~done
+        open_ = ~done | futile
+        if rule == "gsf":  # reported as it stands at its stop
+            at = stop - 1
+            lo = lo.copy()
+            hi = hi.copy()
+            lo[:, i] = np.where(futile, lo[np.arange(cells), at], lo[:, i])
+            hi[:, i] = np.where(futile, hi[np.arange(cells), at], hi[:, i])
         excl = open_ & ((lo[:, i] > 0) | (hi[:, i] < 0))
         decision[excl] = np.where(mean[excl, i] > 0, "faster (<δ not ruled out)",
                                   "slower (<δ not ruled out)")
@@ -284,6 +317,16 @@ def direct(dirs: list[str], cap: int) -> None:
                       f"| {float(g['factor']):.2f} | {effect:+.0%} | {label} "
                       f"| {r['called']:.1%} | {r['beyond']:.1%} | {r['equivalent']:.1%} "
                       f"| {r['coverage']:.1%} | {r['rounds']:.1f} |")
+    print("\nBetween cells: the spread of the A/A cell means against what their standard errors "
+          "say (a per-label offset no within-cell dependence estimate sees):\n")
+    print("| phase | SD of the cell means | RMS standard error | variance ratio | lags 1-3 factor |")
+    print("|---|---:|---:|---:|---:|")
+    for phase, g in sorted(groups.items()):
+        x = np.asarray(g["cells"])
+        sd_means = float(x.mean(axis=1).std(ddof=1))
+        rms_se = float(np.sqrt((x.var(axis=1, ddof=1) / x.shape[1]).mean()))
+        print(f"| {phase} | {sd_means * 100:.2f} % | {rms_se * 100:.2f} % | "
+              f"{(sd_means / rms_se) ** 2:.2f} | {float(g['factor']):.2f} |")
     print("\nThe smallest effect called (faster) in 80 % of the real cells, one label's rounds "
           "scaled, and the mean rounds a comparison took at it:\n")
     print("| phase | rule (factor) | smallest effect called in 80 % | mean rounds there |")
@@ -304,6 +347,26 @@ def direct(dirs: list[str], cap: int) -> None:
                   + (f"{found[0]:.0%} | {found[1]['rounds']:.1f} |" if found else "> 60 % | - |"))
 
 
+def futility_study(cells: int, cap: int, rng: np.random.Generator) -> None:
+    """gs against gsf (``FUTILITY``) at effects from 0 to twice the target: share called,
+    decided beyond δ, equivalent, coverage and mean rounds."""
+    print(f"futility after {FUTILITY['after']} rounds, margin {FUTILITY['margin']:g} x cap "
+          f"{cap}\n")
+    print("| phase (SD, δ) | noise | effect | gs: called, beyond δ, equivalent, coverage, rounds "
+          "| gsf: called, beyond δ, equivalent, coverage, rounds |")
+    print("|---|---|---|---|---|")
+    for phase, sd, delta, target in PHASES:
+        band = math.log1p(delta)
+        for model in ("iid", "slow"):
+            e, factor = noise(model, cells, cap, sd, rng)
+            for effect in (0.0, delta / 2, delta, (delta + target) / 2, target, 2 * target):
+                mu = math.log1p(effect)
+                got = [run_rule(rule, e + mu, band, factor, cap, mu) for rule in ("gs", "gsf")]
+                print(f"| {phase} ({sd:.0%}, {delta:.0%}) | {model} | {effect:+.1%} | " + " | ".join(
+                    f"{r['called']:.1%}, {r['beyond']:.1%}, {r['equivalent']:.1%}, "
+                    f"{r['coverage']:.1%}, {r['rounds']:.1f}" for r in got) + " |")
+
+
 def main() -> int:
     global LAGS
     ap = argparse.ArgumentParser()
@@ -319,6 +382,10 @@ def main() -> int:
     ap.add_argument("--direct", nargs="+", default=[],
                     help="each disjoint label pair of these real series is one A/A cell, as "
                          "measured (no resampling)")
+    ap.add_argument("--futility", action="store_true",
+                    help="gs against gs with non-binding futility (gsf), effects 0-2x target")
+    ap.add_argument("--after", type=int, default=14)
+    ap.add_argument("--margin", type=float, default=4.0)
     ap.add_argument("--resamples", type=int, default=2000)
     ap.add_argument("--block", type=int, default=2)
     args = ap.parse_args()
@@ -329,12 +396,15 @@ def main() -> int:
     if args.direct:
         direct(args.direct, args.cap)
         return 0
+    FUTILITY.update(after=args.after, margin=args.margin)
     rng = np.random.default_rng(args.seed)
+    if args.futility:
+        futility_study(args.cells, args.cap, rng)
+        return 0
     print("| phase (SD, δ) | noise | effect | rule | called | beyond δ | equivalent | coverage "
           "| rounds |")
     print("|---|---|---|---|---:|---:|---:|---:|---:|")
-    for phase, sd, delta, target in (("prefill", 0.18, 0.05, 0.10), ("decode", 0.09, 0.03, 0.05),
-                                     ("quiet", 0.06, 0.05, 0.10)):
+    for phase, sd, delta, target in PHASES:
         band = math.log1p(delta)
         for model in ("iid", "ar1", "slow", "shift"):
             e, factor = noise(model, args.cells, args.cap, sd, rng)

@@ -94,6 +94,26 @@ def test_an_open_comparison_says_what_would_decide_it(tmp_path, monkeypatch):
         assert f"~{need} rounds would decide it" in v["text"]
 
 
+def test_a_comparison_closed_for_futility_is_reported_as_it_stands(tmp_path, monkeypatch):
+    """A vendor step whose estimate sits on δ, closed out of the design's reach (futility on):
+    judged on its repeated interval at the look that closed it, its stop "futile" with the look
+    and what would decide it; the run summary counts it among the open ones."""
+    out = _measured(tmp_path, monkeypatch, {"floor": 1.0, "native_repack": 20.0,
+                                            "vendor": 20.5, "control": 20.0}, 0.03, max=12,
+                    futility={"enabled": True, "after": 6, "margin": 2})
+    vendor = out["steps"][1]
+    v, stop = vendor["verdict"], vendor["stop"]
+    assert stop["why"] == "futile" and stop["at"] == stop["rounds"] < 12, stop
+    assert v.get("beyond_threshold") is not True and v["call"] != "equivalent"
+    assert (f"open after {stop['rounds']} rounds: out of the design's reach, stopped for "
+            "futility") in v["text"]
+    assert stop["rounds_to_decide"] is None or stop["rounds_to_decide"] > 12
+    got = stats.budget_summary([out])
+    assert got["by_reason"]["futile"] == 1
+    assert any(o["why"] == "futile" for o in got["open"])
+    assert "every comparison decided or out of reach" in out["noise_floor"]["text"]
+
+
 def test_rounds_to_decide_follows_the_gap_to_the_threshold():
     band = 0.05
     far = stats.rounds_to_decide(math.log(1.5), 0.1, 1.0, 28, 0.05, band)

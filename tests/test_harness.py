@@ -204,6 +204,25 @@ def test_the_control_and_its_twin_stay_while_any_comparison_is_open(tmp_path, mo
         assert {r for n, r in exp.ran if n == name} == set(range(12)), name
 
 
+def test_a_step_out_of_reach_is_closed_and_the_cell_stops(tmp_path, monkeypatch):
+    """With futility on, a vendor step whose estimate sits on δ after ``after`` rounds (these
+    seeded rounds: +4.9 % at δ 5 %, noise 3 %) is closed as out of the design's reach
+    (non-binding: reported as it stands), and with nothing else open the cell stops there
+    instead of going on toward the cap."""
+    exp = Speeds("q4_0/pp128/t2", {"floor": 1.0, "native_repack": 20.0, "vendor": 20.5,
+                                   "control": 20.0}, sd=0.03)
+    _clocked(monkeypatch, exp)
+    cell = _ladder_cell(tmp_path)
+    policy = _sequential_policy(max=12, futility={"enabled": True, "after": 6, "margin": 2})
+    assert policy.sequential["futility"] == {"enabled": True, "after": 6, "margin": 2.0}
+    harness.measure(exp, cell, policy)
+    d = cell.decided["step:native_repack:vendor"]
+    assert d["decision"] == "futile" and 6 <= d["at"] < 12, d
+    assert cell.stopped == "decided" and len(cell.round_seconds) == d["at"]
+    assert not any(k.startswith("aa:") and v["decision"] == "futile"
+                   for k, v in cell.decided.items())
+
+
 def test_a_cell_stops_on_its_budget_and_says_so(tmp_path, monkeypatch):
     """Each process takes 1 s (a fake clock): an allowance of 20 s gives rounds of 4 rungs
     until the next would overrun (never fewer than 3), and the cell records why it stopped."""

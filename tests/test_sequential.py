@@ -139,3 +139,45 @@ def test_a_probe_waits_for_its_steps_only():
     assert sequential.still_needed(comps, steps, "control", "good") == {
         "good", "bad", "probe", "control"}  # the default waits for good -> bad too
     assert sequential.still_needed(comps, steps, "control", "good", ("step",)) == set()
+
+
+def test_a_comparison_out_of_the_designs_reach_is_closed_for_futility():
+    """Non-binding futility (``out_of_reach``): an effect sitting on δ (5 % at δ 5 %) in noise
+    of 6 % needs far more than twice the maximum, so after ``after`` rounds it is closed
+    ("futile", with the rounds it would need: None, none would); not before ``after``; never a
+    comparison within reach (a 12 % step decides within the design), never the A/A check,
+    never with futility off."""
+    rng = np.random.default_rng(3)
+    on = {"enabled": True, "after": 8, "margin": 2.0}
+    swing = [0.06 * (-1) ** i for i in range(10)]
+    at_delta = [math.log(1.05) + d for d in swing]  # its mean exactly on δ
+    assert sequential.out_of_reach(at_delta[:7], 28, 0.05, 1.1, 0.05, on) is False
+    assert sequential.out_of_reach(at_delta[:8], 28, 0.05, 1.1, 0.05, on) is None
+    assert sequential.out_of_reach(at_delta, 28, 0.05, 1.1, 0.05, {"enabled": False}) is False
+    near = [math.log(1.06) + d for d in swing]  # 1 % from δ: ~190 rounds, beyond 5 x 28
+    assert sequential.out_of_reach(near, 28, 0.05, 1.1, 0.05, {**on, "margin": 5.0}) == \
+        sequential.rounds_to_decide(float(np.mean(near)), float(np.std(near, ddof=1)), 1.1, 28,
+                                    0.05, 0.05) > 140
+    assert sequential.out_of_reach(near, 28, 0.05, 1.1, 0.05, {**on, "margin": 10.0}) is False
+    within = [math.log(1.12) + d for d in swing]
+    assert sequential.out_of_reach(within, 28, 0.05, 1.1, 0.05, on) is False
+    # through a look: the vendor step on δ is closed; the A/A pair (equal) is not
+    speed = {"native": 20.0, "vendor": 21.0, "control": 20.0}
+    samples = [{"rung": n, "round": r, "tokens_per_s": v * math.exp(0.06 * rng.standard_normal())}
+               for r in range(10) for n, v in speed.items()]
+    new = sequential.look(samples, ["native", "vendor"], "control", "native", {}, 28, 0.05, 1.1,
+                          0.05, futility={"enabled": True, "after": 8, "margin": 20.0})
+    assert not any(k.startswith("aa:") and d["decision"] == "futile" for k, d in new.items())
+    futile = {k: d for k, d in new.items() if d["decision"] == "futile"}
+    for d in futile.values():
+        assert d["rounds"] == 10 and (d["need"] is None or d["need"] > 560)
+    comps = sequential.cell_comparisons(["native", "vendor"], "control", "native", set(speed))
+    if "step:native:vendor" in futile:  # closed: no rung is needed for it any more
+        assert sequential.still_needed(comps, new, "control", "native") == set()
+
+
+def test_rounds_to_decide_is_the_designs_up_to_its_maximum():
+    band = 0.05
+    near = sequential.rounds_to_decide(math.log(1.07), 0.1, 1.0, 28, 0.05, band)
+    assert near is not None and near > 28  # beyond the maximum: the fixed-n t (at least)
+    assert sequential.rounds_to_decide(math.log1p(band), 0.1, 1.0, 28, 0.05, band) is None

@@ -55,7 +55,8 @@ from scipy import stats as sps
 from ladder.analysis import wording
 from ladder.analysis.wording import METHOD, UNPAIRED_METHOD
 from ladder.core.errors import LadderError
-from ladder.planning.sequential import comparison_key, look_critical, repeated_p
+from ladder.planning.sequential import (comparison_key, look_critical, repeated_p,
+                                        rounds_to_decide)
 # the protocol's definitions, shared with the measurement (which never imports this module)
 from ladder.planning.protocol import (
     ASSUMED_RHO,
@@ -516,19 +517,26 @@ def stop_record(seq: Mapping[str, Any], kind: str, base: str, other: str,
     the dependence the cell allowed for), or still open when the cell stopped (its budget, the
     design's maximum, or a rung that failed). An open one says how many rounds, and minutes
     at the cell's pace, would decide it at the noise and effect it measured
-    (``rounds_to_decide``)."""
-    d = (seq.get("decided") or {}).get(comparison_key(kind, base, other))
-    why = "decided" if d else str(seq.get("stopped") or "cap")
-    if not d and why == "decided":  # the cell stopped on its other comparisons
-        # the A/A pair checks the calls' rounds; any other comparison: one of its rungs failed
-        why = "calls decided" if kind == "aa" else "rung failed"
+    (``rounds_to_decide``); one closed for futility (``sequential.out_of_reach``) is open too,
+    stopped at the look that found it out of reach."""
+    rec = (seq.get("decided") or {}).get(comparison_key(kind, base, other))
+    d = rec
+    if d and d.get("decision") == "futile":  # closed out of the design's reach: as it stands
+        why, d = "futile", None
+    elif d:
+        why = "decided"
+    else:
+        why = str(seq.get("stopped") or "cap")
+        if why == "decided":  # the cell stopped on its other comparisons
+            # the A/A pair checks the calls' rounds; any other comparison: a rung failed
+            why = "calls decided" if kind == "aa" else "rung failed"
     need = None
     if not d and r.estimate and r.sd_log is not None:
         need = rounds_to_decide(math.log(r.estimate), r.sd_log, factor, int(seq["max"]),
                                 float(seq.get("alpha") or 0.05), threshold)
     per_round = (float(seq.get("spent_s") or 0) / seq["measured_rounds"]
                  if seq.get("measured_rounds") else None)
-    return {"rounds": r.n, "why": why, "at": d.get("at") if d else None,
+    return {"rounds": r.n, "why": why, "at": rec.get("at") if rec else None,
             "decision": d.get("decision") if d else None, "max": int(seq["max"]),
             "rounds_to_decide": need, "per_round_s": per_round,
             "text": wording.stop(why, r.n, d.get("decision") if d else None,
@@ -552,7 +560,7 @@ def budget_summary(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
                 continue
             seen = True
             counts[st["why"]] += 1
-            if st["why"] not in ("budget", "cap"):
+            if st["why"] not in ("budget", "cap", "futile"):
                 continue
             name = wording.comparison_name(c["quant"], c["workload"], c["threads"],
                                            comp["rung"], comp["base"])
@@ -572,23 +580,6 @@ def budget_summary(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     return {"by_reason": dict(counts), "open": open_, "extra_minutes": round(extra_s / 60, 1),
             "cells_unreachable": unreachable,
             "text": wording.budget_summary(dict(counts), open_, extra_s / 60, unreachable)}
-
-
-def rounds_to_decide(m: float, sd: float, factor: float, n_max: int, alpha: float,
-                     threshold: float, limit: int = 400) -> int | None:
-    """The fewest rounds at which a comparison with this per-round SD and mean log ratio would
-    be decided (its repeated interval wholly beyond ±δ or wholly inside it), if the effect
-    stays as measured; None: not within ``limit`` (the effect sits on ±δ). Up to the design's
-    maximum, its own looks; beyond it, the fixed-n t-interval (what a longer design would need
-    at least)."""
-    gap = abs(abs(m) - math.log1p(threshold))
-    if sd <= 0:
-        return MIN_ROUNDS
-    for n in range(MIN_ROUNDS, limit + 1):
-        crit = look_critical(n, n_max, alpha) if n <= n_max else _tq(1 - alpha, n - 1)
-        if crit * sd * math.sqrt(max(1.0, factor)) / math.sqrt(n) <= gap:
-            return n
-    return None
 
 
 def summarize(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,

@@ -60,6 +60,9 @@ def stop(why: str, rounds: int, decision: str | None, budget_s: float | None,
     else:
         mins = f", ~{need * per_round_s / 60:.1f} min at this cell's pace" if per_round_s else ""
         more = f"; at the noise and effect measured, ~{need} rounds would decide it{mins}"
+    if why == "futile":
+        return (f"open after {rounds} rounds: out of the design's reach, stopped for futility"
+                f"{more}")
     if why == "budget":
         spent = f" ({budget_s / 60:.1f} min)" if budget_s else ""
         return f"open after {rounds} rounds: the cell's budget{spent} was spent{more}"
@@ -80,7 +83,8 @@ def budget_summary(counts: Mapping[str, int], open_: Sequence[Mapping[str, Any]]
     text = f"Measured until decided: {total} comparisons ({parts})."
     if open_:
         names = "; ".join(o["comparison"] for o in open_[:6]) + ("; ..." if len(open_) > 6 else "")
-        text += (f" Left open by the budget or the design's maximum: {names}. At the noise and "
+        text += (f" Left open by the budget, the design's maximum or futility: {names}. At the "
+                 "noise and "
                  f"effects measured, about {extra_min:.1f} more minutes of measuring would "
                  "decide them"
                  + (f" (and {unreachable} cell(s) hold an effect on ±δ that no number of "
@@ -96,7 +100,9 @@ def cell_stop(seq: Mapping[str, Any] | None, aa_rounds: int) -> str:
     """How a cell of the anytime-valid design ended ("" for another design)."""
     if not seq:
         return ""
-    why = {"decided": "every comparison decided", "budget": "its budget spent",
+    futile = any(d.get("decision") == "futile" for d in (seq.get("decided") or {}).values())
+    why = {"decided": "every comparison decided" + (" or out of reach" if futile else ""),
+           "budget": "its budget spent",
            "cap": f"the design's maximum of {seq['max']} rounds"}.get(
         str(seq.get("stopped")), str(seq.get("stopped")))
     budget = seq.get("budget_s")

@@ -135,12 +135,14 @@ class SequentialRecord(TypedDict, total=False):
     rho: Required[float]
     factor: Required[float]
     wait_for: list[str]
+    futility: dict[str, Any]  # non-binding futility (sequential.out_of_reach), when enabled
     threshold: Required[float]
     budget_s: Required[float | None]
     spent_s: Required[float]
     measured_rounds: Required[int]
     stopped: Required[str | None]  # decided | budget | cap
-    decided: Required[dict[str, dict[str, Any]]]  # comparison key -> its decision
+    # comparison key -> its decision (faster, slower, equivalent; futile: closed out of reach)
+    decided: Required[dict[str, dict[str, Any]]]
     left: Required[dict[str, int]]  # rung -> the measured rounds after which it left
 
 

@@ -462,7 +462,7 @@ def sequential_look(cell: Cell, policy: Policy, measured: int) -> None:
     ladder, control, twin = cell.roles()
     new = sequential.look(cell.samples, ladder, control, twin, cell.decided, int(seq["max"]),
                           float(seq["alpha"]), float(seq["factor"]), policy.delta,
-                          policy.statistic)
+                          policy.statistic, seq.get("futility"))
     for key, d in new.items():
         cell.decided[key] = {**d, "at": measured}
     measured_names = {str(s["rung"]) for s in protocol.clean_samples(cell.samples)}
@@ -474,7 +474,8 @@ def sequential_look(cell: Cell, policy: Policy, measured: int) -> None:
         cell.retired[name] = measured
     if new:
         progress.step("look", measured, cell.rounds, "decided: " + ", ".join(
-            f"{k.split(':', 1)[1].replace(':', ' -> ')} {d['decision']}"
+            f"{k.split(':', 1)[1].replace(':', ' -> ')} "
+            + ("out of reach (futility)" if d["decision"] == "futile" else d["decision"])
             for k, d in sorted(new.items())))
     if not need:
         cell.stopped = "decided"

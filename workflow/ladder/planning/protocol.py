@@ -332,10 +332,16 @@ def check_sequential(block: Mapping[str, Any] | None, phase: str | None
     if int(rule["max"]) < MIN_ROUNDS:
         raise LadderError(f"measure.sequential.max {rule['max']}: needs at least {MIN_ROUNDS} "
                           "rounds")
+    futility = dict(rule.get("futility") or {})
+    if futility.get("enabled"):
+        futility = {"enabled": True, "after": max(MIN_ROUNDS, int(futility.get("after", 14))),
+                    "margin": max(1.0, float(futility.get("margin", 4)))}
+    else:
+        futility = {"enabled": False}
     return {"alpha": float(rule["alpha"]), "max": int(rule["max"]), "rho": float(rule["rho"]),
             "factor": dependence_factor(float(rule["rho"])),
             "wait_for": list(rule.get("wait_for") or ["step", "vs_floor"]),
-            "threshold": threshold_for(rule["threshold"], phase)}
+            "futility": futility, "threshold": threshold_for(rule["threshold"], phase)}
 
 
 def check_rounds_rule(rounds_from_noise: Mapping[str, Any] | None, phase: str, delta: float

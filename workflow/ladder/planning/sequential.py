@@ -207,6 +207,42 @@ def decide(lo: float, hi: float, threshold: float) -> Decision | None:
     return None
 
 
+def rounds_to_decide(m: float, sd: float, factor: float, n_max: int, alpha: float,
+                     threshold: float, limit: int = 400) -> int | None:
+    """The fewest rounds at which a comparison with this per-round SD and mean log ratio would
+    be decided (its repeated interval wholly beyond ±δ or wholly inside it), if the effect
+    stays as measured; None: not within ``limit`` (the effect sits on ±δ). Up to the design's
+    maximum, its own looks; beyond it, the fixed-n t-interval (what a longer design would need
+    at least)."""
+    gap = abs(abs(m) - math.log1p(threshold))
+    if sd <= 0:
+        return MIN_ROUNDS
+    for n in range(MIN_ROUNDS, limit + 1):
+        crit = look_critical(n, n_max, alpha) if n <= n_max else float(
+            sps.t.ppf(1 - alpha / 2, n - 1))
+        if crit * sd * math.sqrt(max(1.0, factor)) / math.sqrt(n) <= gap:
+            return n
+    return None
+
+
+def out_of_reach(logs: Sequence[float], n_max: int, alpha: float, factor: float,
+                 threshold: float, futility: Mapping[str, Any] | None) -> int | None | bool:
+    """Non-binding futility: whether an open comparison is out of the design's reach, so that
+    another round gains it nothing: after ``futility["after"]`` rounds, the rounds that would
+    decide it at the noise and effect measured so far (``rounds_to_decide``) exceed
+    ``futility["margin"]`` times the design's maximum, or no number of rounds would (its
+    effect sits on ±δ). Returns those rounds (None: none would) when it is, False when it is
+    not. Stopping such a comparison spends no error (its interval stays the design's repeated
+    interval, valid at any stopping time); it costs power only where the early estimate
+    understated a gap to ±δ (measured: docs/anytime-valid.md)."""
+    if not futility or not futility.get("enabled") or len(logs) < int(futility["after"]):
+        return False
+    x = np.asarray(logs, dtype=float)
+    need = rounds_to_decide(float(x.mean()), float(x.std(ddof=1)), factor, n_max, alpha,
+                            threshold)
+    return need if need is None or need > float(futility["margin"]) * n_max else False
+
+
 # --- the harness's looks (issue 56): every comparison of a cell, after every round -----------
 
 def comparison_key(kind: str, base: str, other: str) -> str:
@@ -227,13 +263,15 @@ def cell_comparisons(ladder: Sequence[str], control: str | None, twin: str | Non
 
 def look(samples: Sequence[Mapping[str, Any]], ladder: Sequence[str], control: str | None,
          twin: str | None, decided: Mapping[str, Mapping[str, Any]], n_max: int,
-         alpha: float, factor: float, threshold: float, statistic: str = "mean"
-         ) -> dict[str, dict[str, Any]]:
+         alpha: float, factor: float, threshold: float, statistic: str = "mean",
+         futility: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """A look after a round (pure): each still-open comparison's repeated interval over every
     round both its rungs were measured in (clean samples), and those it decides
     (``decide``: beyond ±δ, or inside it). Returns the comparisons decided at this look, by
     ``comparison_key``, each with its decision, rounds and interval (log ratio). A decision
-    is final: a decided comparison is not looked at again."""
+    is final: a decided comparison is not looked at again. With ``futility``, a comparison no
+    round within reach would decide (``out_of_reach``) is closed too, with the decision
+    "futile" (not a call: it is reported as it stands) and the rounds it would need."""
     clean = protocol.clean_samples(samples)
     measured = {str(s["rung"]) for s in clean}
     new: dict[str, dict[str, Any]] = {}
@@ -250,6 +288,13 @@ def look(samples: Sequence[Mapping[str, Any]], ladder: Sequence[str], control: s
         d = decide(lo, hi, threshold)
         if d is not None:
             new[key] = {"decision": d, "rounds": len(ratios), "estimate": m, "lo": lo, "hi": hi}
+            continue
+        if kind == "aa":  # a check on the calls, stopped with them, never for futility
+            continue
+        need = out_of_reach(np.log(ratios).tolist(), n_max, alpha, factor, threshold, futility)
+        if need is not False:
+            new[key] = {"decision": "futile", "rounds": len(ratios), "estimate": m, "lo": lo,
+                        "hi": hi, "need": need}
     return new
 
 
