@@ -8,7 +8,7 @@ decode step, sized by the spin), every other commit a note in the docs; then run
 bisect`` over it with the default config (plus ``--configfile`` overlays) on one cell, and
 prints the walk's wall time, each step's wall time and rounds, and the result.
 
-    .venv/bin/python measurements/bisect_walk.py --out /tmp/walk \\
+    .venv/bin/python measurements/bisect_walk.py --out DIR \\
         [--commits 8] [--slow-at 5] [--micros 2] [--rung native_repack] [--quant Q4_0] \\
         [--workload tg64] [--threads 2]
 
