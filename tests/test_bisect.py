@@ -215,6 +215,18 @@ def test_ends_left_open_say_the_rounds_that_would_decide_them(history, tmp_path,
     assert "**unresolved**" in bisect.render(doc)
 
 
+def test_ends_open_on_the_threshold_are_unresolved_not_no_step():
+    """CI, 2026-12-07: the moderate-step ends came out 0.97x at a decode δ of 3 %, open at the
+    design's maximum with no number of rounds deciding them: that is "unresolved" (with no
+    rounds to name), never "no step"; ends decided equivalent, or not measured sequentially,
+    are not."""
+    open_on_delta = {"stop": {"why": "cap", "rounds_to_decide": None, "per_round_s": 5.0}}
+    assert bisect.unresolved(open_on_delta) == {"rounds": None, "why": "cap", "config": None,
+                                                "minutes": None}
+    assert bisect.unresolved({"stop": {"why": "decided"}}) is None
+    assert bisect.unresolved({}) is None
+
+
 def test_unknown_rung_and_workload_are_named(history, tmp_path, monkeypatch):
     repo, shas = history
     monkeypatch.chdir(ROOT)

@@ -224,14 +224,17 @@ def brief(comp: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def unresolved(step: Mapping[str, Any]) -> dict[str, Any] | None:
-    """When the ends' comparison was left open (by the design's maximum or the budget), the
-    rounds that would decide it at the noise and effect measured, and the setting that gives
-    them; None when it was decided (a step, or equivalent ends) or no number of rounds would."""
+    """When the ends' comparison was left open (by the design's maximum, the budget or
+    futility), the rounds that would decide it at the noise and effect measured, and the
+    setting that gives them (rounds None: its effect sits on ±δ, no number of rounds decides
+    it); None when it was decided (a step, or equivalent ends) or not measured sequentially."""
     stop = step.get("stop") or {}
-    need = stop.get("rounds_to_decide")
-    if stop.get("why") not in ("cap", "budget", "futile") or not need:
+    if stop.get("why") not in ("cap", "budget", "futile"):
         return None
+    need = stop.get("rounds_to_decide")
     per_round = stop.get("per_round_s")
+    if not need:
+        return {"rounds": None, "why": stop["why"], "config": None, "minutes": None}
     return {"rounds": int(need), "why": stop["why"], "config": f"measure.sequential.max={need}",
             "minutes": round(need * per_round / 60, 1) if per_round else None}
 
@@ -379,11 +382,16 @@ class Bisection:
         if step["call"] not in stats.CALLS:
             doc.update(result="no step", text=f"no step between the ends: {step['text']}")
             need = unresolved(step)
-            if need:  # a step the ends' rounds could not resolve: what would
+            if need and need["config"]:  # a step the ends' rounds could not resolve: what would
                 doc.update(result="unresolved", needs=need, text=(
                     f"the ends were not resolved: bad over good {step['text']}; to decide it, "
                     f"run again with --config {need['config']}"
                     + (f" (about {need['minutes']} min for the ends)" if need["minutes"] else "")))
+            elif need:  # open, its effect on ±δ: no rounds tell a step of δ from none
+                doc.update(result="unresolved", needs=need, text=(
+                    f"the ends were not resolved: bad over good {step['text']}; the difference "
+                    "sits on the threshold, so no number of rounds decides whether it is a step"
+                    " of at least δ (a smaller one is not called)"))
             self.save(doc)
             return doc
         doc["expected"] = expected_cost(len(cs), ends, step)
