@@ -431,7 +431,8 @@ def test_bisect_a_moderate_step_is_found_or_says_what_it_needs(run_dir, tmp_path
     [found] = (tmp_path / "work" / "bisect").glob("*/bisect.json")
     doc = json.loads(found.read_text())
     ends = doc["ends"]
-    assert ends["estimate"] < 1 and ends["call"] != "equivalent", ends
+    # a real slowdown (3-13 % measured at these 4 rounds): never called equivalent or faster
+    assert ends["call"] not in ("equivalent", "faster"), ends
     assert ends["stop"]["rounds"] <= 4, ends["stop"]
     if doc["result"] == "unresolved":  # the ends left open, or too close to place a probe
         need = doc["needs"]
