@@ -484,7 +484,6 @@ def expected_cost(n_commits: int, ends: Mapping[str, Any], step: Mapping[str, An
     # measured by the anytime-valid design (its comparisons say why they stopped): a probe's
     # step stops as soon as it is decided, and its maximum is what more rounds would raise
     sequential = any("stop" in c for c in cell.get("steps") or [])
-    out["sequential"] = sequential
     aa = (cell.get("noise_floor") or {}).get("aa") or {}
     sd, rounds = aa.get("sd_per_round"), aa.get("rounds")
     threshold = (cell.get("noise_floor") or {}).get("threshold")
