@@ -17,6 +17,7 @@ from ladder.planning.budget import RUN_ENV, new_run_id
 # would re-measure every result)
 progress.MEASUREMENT_RULES = (
     "bench",
+    "reconcile",
     "evidence",
     "quality",
     "dispatch",

@@ -256,6 +256,7 @@ def test_changing_one_rung_reruns_only_what_includes_it(run_dir, tmp_path):
     assert counts.get("build") == 1  # only the floor; native/amx/control keep their builds
     assert counts.get("evidence") == 1  # only the floor's evidence
     assert counts.get("bench") == 6  # every cell includes the floor (3 workloads x 2 thread counts)
+    assert counts.get("reconcile") == 1  # and the reconciliation cell (tg16)
     # the floor's own, and every rung compared with it (AMX only where the CPU has it)
     assert counts.get("quality") == (4 if has_amx() else 3)
     assert counts.get("dispatch") == 1  # only the floor's sweep; the ledger is rebuilt
@@ -286,6 +287,9 @@ def test_a_cell_reruns_only_for_its_own_settings(run_dir, tmp_path):
     serves = re.findall(r"wildcards: host=local, experiment=(\w+), model=gemma3-270m, threads=",
                         res.stdout)
     assert serves == ["load"], serves
+    # the reconciliation cell of the changed tg16, none of another workload
+    assert re.findall(r"rule reconcile:\n(?:.*\n)*?\s+wildcards: host=local, model=gemma3-270m, "
+                      r"quant=(\w+), workload=(\w+)\n", res.stdout) == [("q4_0", "tg16")]
     assert "rule serve_bench:" not in res.stdout and "rule quality:" not in res.stdout
 
 
@@ -487,6 +491,7 @@ def test_remeasure_one_rung_without_rebuilding(run_dir):
     assert "build" not in counts
     assert counts.get("evidence") == 1 and counts.get("quality") == 1
     assert counts.get("dispatch") == 1 and counts.get("bench") == 6
+    assert counts.get("reconcile") == 1  # the reconciliation cell measures it too
 
 
 def test_fleet_report_of_one_host(run_dir):
@@ -752,6 +757,45 @@ def test_each_rung_at_its_own_best_thread_count(report, run_dir):
     md = (run_dir / HOST / "report" / "ladder.md").read_text()
     html = (run_dir / HOST / "report" / "ladder.html").read_text()
     assert "## Each rung at its own best thread count" in md and 'id="best-threads"' in html
+
+
+def test_thread_reconciliation_pairs_the_counts_in_one_cell(report, run_dir):
+    """Issue 57, items 1-2: the reconciliation cell (tg16, every rung at 1 and all threads in
+    the same rounds): each comparison across counts is paired (one cell's rounds), each rung's
+    best count or tied set, every step at equal threads and best against best, the ledger's
+    verdict at the best count, in the JSON and both renderings."""
+    rc = report["reconcile"]
+    ncpu = os.cpu_count()
+    assert rc["counts"] == [1, ncpu]
+    [c] = rc["cells"]
+    assert (c["quant"], c["workload"], c["phase"]) == ("q4_0", "tg16", "decode")
+    doc = json.loads((run_dir / HOST / "reconcile" / "gemma3-270m" / "q4_0" / "tg16.json")
+                     .read_text())
+    names = {s["rung"] for s in doc["samples"]}
+    assert names >= {"floor@t1", f"floor@t{ncpu}", "native_repack@t1",
+                     f"native_repack@t{ncpu}", f"control@t{ncpu}"}
+    assert {s["n_threads"] for s in doc["samples"] if s["rung"].endswith("@t1")} == {1}
+    assert doc["sequential"]["wait_for"] == ["step", "threads"]
+    assert [r["rung"] for r in c["rungs"]] == ["floor", "native_repack"]
+    for r in c["rungs"]:
+        best = r["best"]
+        assert best["threads"] and set(best["threads"]) <= {1, ncpu}
+        assert best["decided"] == (len(best["threads"]) == 1), r
+        for p in best["pairs"]:  # paired: every round had both counts
+            assert p["ratio"]["n"] == len({s["round"] for s in doc["samples"]
+                                           if not s.get("warmup") and s["rung"] == p["other"]})
+    [step] = c["steps"]
+    assert (step["base"], step["rung"]) == ("floor", "native_repack")
+    assert [p["threads"] for p in step["same_threads"]] == [1, ncpu]
+    native = c["rungs"][1]
+    bvb = step["best_vs_best"]
+    assert bvb["call"] == "faster" and bvb["main"]["threads"] in native["best"]["threads"]
+    assert set(native["dispatch"]) == {"1", str(ncpu)} and native["text"].count("dispatch ledger")
+    assert c["aa"] and c["aa"]["control"] == f"control@t{ncpu}"
+    md = (run_dir / HOST / "report" / "ladder.md").read_text()
+    html = (run_dir / HOST / "report" / "ladder.html").read_text()
+    assert "## Each rung at its own best thread count, paired" in md and 'id="reconcile"' in html
+    assert "best against best" in md
 
 
 def test_serving_levers_in_the_report(report, run_dir):

@@ -45,6 +45,7 @@ def small_config(path: Path) -> Path:
     cfg["quality"]["enabled"] = False
     cfg["dispatch"]["enabled"] = False
     cfg["hotspots"] = {"enabled": False}
+    cfg["reconcile"] = {"enabled": False}
     cfg["kernel_tests"] = {"enabled": False}
     cfg["report"]["bandwidth_probe"]["enabled"] = False
     cfg["serving"] = serving_off()

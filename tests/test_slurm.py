@@ -49,6 +49,7 @@ def fleet_config(extra_hosts: list[dict] | None = None) -> dict:
     # the fleet path
     cfg["serving"] = serving_off()
     cfg["hotspots"] = {"enabled": False}
+    cfg["reconcile"] = {"enabled": False}  # one thread count per host: tested locally
     cfg["kernel_tests"] = {"enabled": False}
     # Two 1-CPU hosts sharing the node, not two whole-node hosts: their jobs run side by side
     # on the node's 2 cores, as two hosts' jobs do on a real fleet (with --exclusive and all

@@ -377,6 +377,11 @@ def rung_params(wildcards):
     return host_plan(wildcards.host).rung_entries(provenance)
 
 
+def grid_params(wildcards):
+    """A reconciliation cell's entries: every applicable rung at every reconcile.threads count."""
+    return host_plan(wildcards.host).grid_entries(provenance)
+
+
 def rung_summary(wildcards):
     plan = host_plan(wildcards.host)
     return plan.rung_summary(plan.rung(wildcards.rung))
@@ -425,6 +430,24 @@ def report_inputs(wildcards):
             for section in SECTIONS
             for name, files in globals()[f"{section.key}_files"](wildcards).items()
         },
+    }
+
+
+def reconcile_files(wildcards):
+    """The reconciliation section's inputs: its cells, and the dispatch ledger (which kernels
+    ran at each rung's best count)."""
+    plan = host_plan(wildcards.host)
+    host = wildcards.host
+    return {
+        "reconcile": [
+            paths.result("reconcile", host=host, model=m, quant=q, workload=w)
+            for m, q, w in plan.reconcile_cells()
+        ],
+        "reconcile_ledger": (
+            [paths.result("ledger", host=host)]
+            if plan.dispatch_enabled and plan.reconcile_cells()
+            else []
+        ),
     }
 
 
@@ -622,7 +645,7 @@ def bench_budget_cells(wildcards):
     """How many measuring jobs the host's budget is shared by: its bench cells and its
     llama-bench serving points (the levers, context, toggle)."""
     plan = host_plan(wildcards.host)
-    return len(plan.cells()) + len(plan.serving_points())
+    return len(plan.cells()) + len(plan.reconcile_cells()) + len(plan.serving_points())
 
 
 def hotspot_threads(wildcards):

@@ -293,3 +293,68 @@ def position_check(rows: Sequence[Mapping[str, Any]]) -> str:
         + ("; runs at " + ", ".join(str(r["position"] + 1) for r in flagged)
            + " differ beyond chance (the shuffled orders spread it as noise)"
            if flagged else "; no position effect beyond chance"))
+
+
+# --- thread reconciliation (analysis.reconcile) ----------------------------------------------
+def _counts(ts: Sequence[int]) -> str:
+    return " or ".join(f"{t}" for t in ts) + (" thread" if ts == [1] else " threads")
+
+
+def best_count(rung: str, best: Mapping[str, Any], ledger: Mapping[int, str]) -> str:
+    """A rung's best thread count, or its tied set, with the ledger's verdict there."""
+    ts = list(best.get("threads") or [])
+    if not ts:
+        return f"{rung}: not measured"
+    ran = [f"{_counts([t])}: {ledger[t]}" for t in ts if t in ledger]
+    speeds = "; ".join(f"{_counts([t])} {v:.1f} tok/s" for t, v in
+                       sorted((best.get("speeds") or {}).items()) if v)
+    where = f" ({speeds})" + (f" (dispatch ledger at {'; '.join(ran)})" if ran else "")
+    if best.get("decided"):
+        others = [p for p in best.get("pairs") or []]
+        return (f"{rung} is fastest at {_counts(ts)}" + (
+            ", every other count called slower" if others else "") + where)
+    return (f"{rung}: best count not decided, tied at {_counts(ts)} (no other count called "
+            f"slower than the fastest, {best['fastest']})" + where)
+
+
+def reconcile_sentence(lower: str, higher: str, same: Sequence[Mapping[str, Any]],
+                       bvb: Mapping[str, Any], best_lower: Mapping[str, Any],
+                       best_higher: Mapping[str, Any]) -> str | None:
+    """What the step means once each rung runs at its own best count, when that differs from
+    the step at equal threads (None when they agree and both rungs are best at one count)."""
+    main = bvb.get("main")
+    call = bvb.get("call")
+    if not main or main.get("estimate") is None:
+        return None
+    tl, th = main["base_threads"], main["threads"]
+    est = float(main["estimate"])
+    same_calls = {p["threads"]: p["call"] for p in same}
+    if call == "depends on the best count":
+        return (f"{higher} over {lower} each at its best count depends on which tied count is "
+                f"best: " + "; ".join(f"{p['threads']} over {p['base_threads']} threads "
+                                      f"{p['verdict']['text']}" for p in bvb["pairings"]))
+    if call == "faster" and th < tl:
+        return (f"{higher} at {th} threads beats {lower} at its best ({tl} threads) by "
+                f"{fmt_ratio(est)}: the higher rung needs fewer threads for more throughput")
+    if call == "slower":
+        gains = [t for t, c in same_calls.items() if c == "faster"]
+        text = (f"{lower} at {tl} threads beats {higher} at its best ({th} threads) by "
+                f"{fmt_ratio(1 / est)}")
+        if gains:
+            text += (f", though {higher} is faster at equal threads ("
+                     + ", ".join(f"{t} threads" for t in gains) + ")")
+        if th < tl:
+            text += (f": {higher} stops gaining from threads beyond {th} (a thread cap or its "
+                     f"kernels' scaling), which costs it throughput against {lower}'s {tl}")
+        return text
+    if call in ("equivalent", "inconclusive") and any(c in ("faster", "slower")
+                                                     for c in same_calls.values()):
+        return (f"{higher} over {lower} is a call at equal threads (" + ", ".join(
+            f"{c} at {t}" for t, c in same_calls.items() if c in ("faster", "slower"))
+            + f") but {call} with each at its best count ({th} over {tl} threads: "
+            f"{main['verdict']['text']})")
+    if any(c != call for c in same_calls.values()) and call in ("faster", "slower"):
+        return (f"{higher} over {lower} at each one's best count ({th} over {tl} threads): "
+                f"{main['verdict']['text']}; at equal threads: " + ", ".join(
+                    f"{c} at {t}" for t, c in same_calls.items()))
+    return None

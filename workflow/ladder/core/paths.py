@@ -19,6 +19,7 @@ RESULTS: dict[str, str] = {
     "evidence": f"{HOST}/evidence/{{model}}/{{quant}}/{{rung}}.json",
     "quality": f"{HOST}/quality/{{model}}/{{quant}}/{{rung}}.json",
     "bench": f"{HOST}/bench/{{model}}/{{quant}}/{{workload}}/t{{threads}}.json",
+    "reconcile": f"{HOST}/reconcile/{{model}}/{{quant}}/{{workload}}.json",
     "dispatch": f"{HOST}/dispatch/{{model}}/{{rung}}.json",
     "ledger": f"{HOST}/dispatch/ledger.json",
     "hotspots": f"{HOST}/hotspots/{{model}}/{{quant}}/{{rung}}.json",

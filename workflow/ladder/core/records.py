@@ -32,6 +32,8 @@ class RungEntry(TypedDict, total=False):
     launcher: list[str]  # an emulated host's (qemu)
     guest: dict[str, Any]
     variant_of: str  # a runtime variant of another rung's binary (a toggle, a lever)
+    # an entry of a reconciliation cell: which rung at which thread count (``Plan.grid_entries``)
+    reconcile: dict[str, Any]
 
 
 class RungStatus(TypedDict, total=False):

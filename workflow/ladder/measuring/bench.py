@@ -17,6 +17,7 @@ import numpy as np
 from ladder.core import parse, progress
 from ladder.core.errors import LadderError
 from ladder.core.io import atomic_write_json, atomic_write_text, read_json
+from ladder.core.machine import cpu_set
 from ladder.core.run import RunResult, run
 from ladder.core.records import CellDoc, RungEntry
 from ladder.measuring import harness
@@ -67,6 +68,15 @@ def sample_record(rep: int, ts: float, ns: int, rec: Mapping[str, Any], res: Run
     }
 
 
+def entry_cpus(cpus: Sequence[int] | None, threads: int) -> list[int] | None:
+    """Where one process of ``threads`` runs in a cell placed on ``cpus``: the whole set for a
+    cell of one count; for a reconciliation entry of fewer threads, as many CPUs of the set as
+    ``machine.cpu_set`` would give a bench cell of that count (CPU 0 left out while spare)."""
+    if cpus is None or threads >= len(cpus):
+        return list(cpus) if cpus is not None else None
+    return cpu_set(threads, "auto", allowed=cpus)
+
+
 @dataclass
 class BenchCell(harness.Experiment):
     """A bench cell: one llama-bench process per rung and round, every repetition a sample."""
@@ -79,11 +89,17 @@ class BenchCell(harness.Experiment):
     model: dict[str, Any]
     reps_by: dict[str, int] = field(default_factory=dict)  # calibrated (repetitions auto)
 
+    def threads_of(self, at: Attempt) -> int:
+        """The entry's thread count: a reconciliation cell's entries carry their own."""
+        return int((at.rung.get("reconcile") or {}).get("threads") or self.threads)
+
     def process(self, cell: Cell, policy: Policy, at: Attempt) -> Outcome:
+        threads = self.threads_of(at)
         # before an auto calibration (the warmup round) every rung runs 1 repetition
-        argv = bench_argv(cell.bins[at.name], self.model["path"], self.workload, self.threads,
+        argv = bench_argv(cell.bins[at.name], self.model["path"], self.workload, threads,
                           self.reps(at.name, policy), policy.warmup, at.rung["bench_argv"])
-        res = run(argv, env=at.rung["env"], timeout_s=policy.timeout_s, cpus=policy.cpu_list)
+        res = run(argv, env=at.rung["env"], timeout_s=policy.timeout_s,
+                  cpus=entry_cpus(policy.cpu_list, threads))
         atomic_write_text(f"{at.stem}.json", res.stdout)
         atomic_write_text(f"{at.stem}.stderr.log",
                           f"$ {' '.join(argv)}\n# env {at.rung['env']}\n{res.stderr}")
@@ -94,10 +110,10 @@ class BenchCell(harness.Experiment):
             return out
         samples, speeds = [], []
         for rec in parse.bench_records(res.stdout, f"{at.stem}.json"):
-            if int(rec["n_threads"]) != self.threads:
+            if int(rec["n_threads"]) != threads:
                 raise LadderError(f"{at.stem}.json: llama-bench ran {rec['n_threads']} threads, "
-                                  f"asked for {self.threads}")
-            samples += [{**sample_record(rep, ts, ns, rec, res, self.threads),
+                                  f"asked for {threads}")
+            samples += [{**sample_record(rep, ts, ns, rec, res, threads),
                          "raw": f"{at.stem}.json"}
                         for rep, (ts, ns) in enumerate(zip(rec["samples_ts"], rec["samples_ns"]))]
             speeds.append(f"{float(np.mean(rec['samples_ts'])):.1f} tok/s")
@@ -198,3 +214,38 @@ def bench_cell(quant: str, workload_name: str, workload: Mapping[str, Any], thre
     return BenchCell(name=f"{quant}/{workload_name}/t{threads}", quant=quant,
                      workload_name=workload_name, workload=workload, threads=threads,
                      model=read_json(model_meta))
+
+
+def reconcile_cell(quant: str, workload_name: str, workload: Mapping[str, Any],
+                   rungs: Sequence[RungEntry], model_meta: str) -> BenchCell:
+    """The reconciliation cell of one quant and workload: every (rung, threads) entry of
+    ``rungs`` (``Plan.grid_entries``) in the same rounds, the cell's CPU set sized for the
+    largest count."""
+    counts = sorted({int(r["reconcile"]["threads"]) for r in rungs if r.get("reconcile")})
+    if not counts:
+        raise LadderError(f"reconcile {quant}/{workload_name}: no (rung, threads) entries")
+    return BenchCell(name=f"{quant}/{workload_name}/reconcile", quant=quant,
+                     workload_name=workload_name, workload=workload, threads=max(counts),
+                     model=read_json(model_meta))
+
+
+def grid_identity(rungs: Sequence[RungEntry]) -> dict[str, Any]:
+    """What a reconciliation cell's result records of its entries: each entry's rung and
+    thread count, and its A/A pair (the control and its twin's entry)."""
+    control = next((r for r in rungs if r.get("twin_of")), None)
+    return {"experiment": "reconcile",
+            "grid": {r["name"]: dict(r["reconcile"]) for r in rungs if r.get("reconcile")},
+            "control": control["name"] if control else None,
+            "twin": control.get("twin_of") if control else None}
+
+
+def reconcile_block(block: Mapping[str, Any]) -> dict[str, Any]:
+    """The measure settings of a reconciliation cell: the bench's, its anytime-valid design
+    waiting for the same-count steps and the thread-count comparisons (a rung's best count),
+    and no Haybittle-Peto retirement (its steps pair consecutive rungs of one count only)."""
+    out = dict(block)
+    if out.get("sequential"):
+        out["sequential"] = {**out["sequential"], "wait_for": ["step", "threads"]}
+    if out.get("retire"):
+        out["retire"] = {**out["retire"], "enabled": False}
+    return out

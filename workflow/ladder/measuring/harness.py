@@ -228,6 +228,14 @@ class Cell:
     def by_name(self) -> dict[str, RungEntry]:
         return {r["name"]: r for r in self.rungs}
 
+    @property
+    def grid(self) -> dict[str, tuple[str, int]] | None:
+        """A reconciliation cell's entries as (rung, threads) pairs by name (None: a cell of
+        rungs at one thread count)."""
+        got = {str(r["name"]): (str(r["reconcile"]["rung"]), int(r["reconcile"]["threads"]))
+               for r in self.rungs if r.get("reconcile")}
+        return got or None
+
     def roles(self) -> tuple[list[str], str | None, str | None]:
         """The ladder's rungs in order, the control and its twin."""
         ladder = [r["name"] for r in self.rungs if not r.get("twin_of")]
@@ -462,12 +470,13 @@ def sequential_look(cell: Cell, policy: Policy, measured: int) -> None:
     ladder, control, twin = cell.roles()
     new = sequential.look(cell.samples, ladder, control, twin, cell.decided, int(seq["max"]),
                           float(seq["alpha"]), float(seq["factor"]), policy.delta,
-                          policy.statistic, seq.get("futility"))
+                          policy.statistic, seq.get("futility"), cell.grid)
     for key, d in new.items():
         cell.decided[key] = {**d, "at": measured}
     measured_names = {str(s["rung"]) for s in protocol.clean_samples(cell.samples)}
     # a comparison with a rung that failed or crashed gets no more rounds: it is not waited for
-    comps = [c for c in sequential.cell_comparisons(ladder, control, twin, measured_names)
+    comps = [c for c in sequential.cell_comparisons(ladder, control, twin, measured_names,
+                                                    cell.grid)
              if all(cell.status[n]["status"] == "measured" for n in c[1:])]
     need = sequential.still_needed(comps, cell.decided, control, twin, seq["wait_for"])
     for name in sorted(set(cell.active) - need - set(cell.retired)):

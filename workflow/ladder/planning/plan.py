@@ -54,6 +54,11 @@ def resolve_threads(values: list[Any], cores: int | None = None) -> list[int]:
     return out
 
 
+def grid_name(rung: str, threads: int) -> str:
+    """The name of a rung at one thread count in a reconciliation cell."""
+    return f"{rung}@t{threads}"
+
+
 def ladder_of(config: Mapping[str, Any], host: Host, arch: str) -> str:
     """The ladder a host runs: emulation.ladder for an emulated host (the Arm ladder), else
     'ladder' (auto: the one named after the host's arch)."""
@@ -236,6 +241,53 @@ class Plan:
         workloads = [w for w, spec in self.config["measure"]["workloads"].items() if spec]
         return [(m, q, w, t) for m, q in self.model_quants() for w in workloads
                 for t in self.threads()]
+
+    # --- thread reconciliation (each rung at its own best thread count) ----------------------
+    def reconcile_threads(self) -> list[int]:
+        """The thread counts a reconciliation cell pairs in its rounds (reconcile.threads)."""
+        want = (self.config.get("reconcile") or {}).get("threads") or []
+        got = resolve_threads(list(want), self.threads_all)
+        over = [t for t in got if self.threads_all and t > int(self.threads_all)]
+        if over:
+            raise LadderError(f"reconcile.threads: {over} above host {self.host.name}'s "
+                              f"{self.threads_all} CPUs (its jobs' CPUs)")
+        return got
+
+    def reconcile_cells(self) -> list[tuple[str, str, str]]:
+        """(model, quant, workload) of every reconciliation cell: reconcile.quants and
+        .workloads (null: the bench's; one switched off in measure.workloads is off), on a host
+        that measures throughput, when two or more thread counts are named."""
+        rc = self.config.get("reconcile") or {}
+        if not rc.get("enabled") or not self.settings["throughput"] or len(
+                self.reconcile_threads()) < 2:
+            return []
+        quants = {q.lower() for q in rc.get("quants") or []}
+        known = self.config["measure"]["workloads"]
+        for w in rc.get("workloads") or []:
+            if w not in known:
+                raise LadderError(f"reconcile.workloads: {w!r} is not a workload of "
+                                  f"measure.workloads ({', '.join(known)})")
+        # a workload switched off (null) in measure.workloads is off here too
+        names = [w for w in rc.get("workloads") or known if known[w]]
+        return [(m, q, w) for m, q in self.model_quants() if not quants or q in quants
+                for w in names]
+
+    def grid_entries(self, provenance: Any) -> list[RungEntry]:
+        """A reconciliation cell's entries: every applicable rung of the ladder at every count
+        of ``reconcile_threads`` (named ``<rung>@t<n>``, in rung order, then count), and the
+        control at the largest count, the second label of its twin there (the cell's A/A
+        pair)."""
+        counts = self.reconcile_threads()
+        out: list[RungEntry] = []
+        for r in self.applicable:
+            for t in counts if not r.twin_of else [max(counts)]:
+                entry = self.rung_entry(r, provenance)
+                entry["name"] = grid_name(r.name, t)
+                if r.twin_of:
+                    entry["twin_of"] = grid_name(r.twin_of, t)
+                entry["reconcile"] = {"rung": r.name, "threads": t}
+                out.append(entry)
+        return out
 
     # --- quality drift ---------------------------------------------------------------------
     @property

@@ -169,6 +169,24 @@ def comparisons(ladder: Sequence[str], measured: set[str]) -> list[tuple[str, st
     return out
 
 
+def grid_comparisons(ladder: Sequence[str], grid: Mapping[str, tuple[str, int]],
+                     measured: set[str]) -> list[tuple[str, str, str]]:
+    """(kind, base, entry) a reconciliation cell judges, its entries (rung, threads) pairs
+    (``grid``: entry name -> (rung, threads), ``ladder``: the entries in rung order): at each
+    thread count each measured rung over the one before it ("step"), and within each rung each
+    thread count over the next smaller one ("threads"), so that every rung's best count and
+    every step between counts rest on paired rounds."""
+    present = [n for n in ladder if n in measured and n in grid]
+    out: list[tuple[str, str, str]] = []
+    for t in sorted({grid[n][1] for n in present}):
+        row = [n for n in present if grid[n][1] == t]
+        out += [("step", a, b) for a, b in zip(row, row[1:])]
+    for rung in dict.fromkeys(grid[n][0] for n in present):
+        col = sorted((n for n in present if grid[n][0] == rung), key=lambda n: grid[n][1])
+        out += [("threads", a, b) for a, b in zip(col, col[1:])]
+    return out
+
+
 def gross_step(ratios: Sequence[float], threshold: float, alpha: float,
                rho: float = ASSUMED_RHO) -> bool:
     """Called at level ``alpha`` already: the paired t-test on the log ratios rejects "no

@@ -251,11 +251,15 @@ def comparison_key(kind: str, base: str, other: str) -> str:
 
 
 def cell_comparisons(ladder: Sequence[str], control: str | None, twin: str | None,
-                     measured: set[str]) -> list[tuple[str, str, str]]:
+                     measured: set[str], grid: Mapping[str, tuple[str, int]] | None = None
+                     ) -> list[tuple[str, str, str]]:
     """(kind, base, other) of every comparison a cell decides: the ladder's steps and its
-    comparisons with the floor (``protocol.comparisons``), and the A/A pair (control over its
-    twin) when both were measured."""
-    out = protocol.comparisons(ladder, measured)
+    comparisons with the floor (``protocol.comparisons``), or, in a cell whose entries are
+    (rung, threads) pairs (``grid``: entry name -> (rung, threads), a reconciliation cell),
+    the same-count steps and each rung's thread counts (``protocol.grid_comparisons``); and
+    the A/A pair (control over its twin) when both were measured."""
+    out = (protocol.grid_comparisons(ladder, grid, measured) if grid
+           else protocol.comparisons(ladder, measured))
     if control and twin and {control, twin} <= measured:
         out.append(("aa", twin, control))
     return out
@@ -264,18 +268,20 @@ def cell_comparisons(ladder: Sequence[str], control: str | None, twin: str | Non
 def look(samples: Sequence[Mapping[str, Any]], ladder: Sequence[str], control: str | None,
          twin: str | None, decided: Mapping[str, Mapping[str, Any]], n_max: int,
          alpha: float, factor: float, threshold: float, statistic: str = "mean",
-         futility: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+         futility: Mapping[str, Any] | None = None,
+         grid: Mapping[str, tuple[str, int]] | None = None) -> dict[str, dict[str, Any]]:
     """A look after a round (pure): each still-open comparison's repeated interval over every
     round both its rungs were measured in (clean samples), and those it decides
     (``decide``: beyond ±δ, or inside it). Returns the comparisons decided at this look, by
     ``comparison_key``, each with its decision, rounds and interval (log ratio). A decision
     is final: a decided comparison is not looked at again. With ``futility``, a comparison no
     round within reach would decide (``out_of_reach``) is closed too, with the decision
-    "futile" (not a call: it is reported as it stands) and the rounds it would need."""
+    "futile" (not a call: it is reported as it stands) and the rounds it would need.
+    ``grid``: a reconciliation cell's entries (``cell_comparisons``)."""
     clean = protocol.clean_samples(samples)
     measured = {str(s["rung"]) for s in clean}
     new: dict[str, dict[str, Any]] = {}
-    for kind, base, other in cell_comparisons(ladder, control, twin, measured):
+    for kind, base, other in cell_comparisons(ladder, control, twin, measured, grid):
         key = comparison_key(kind, base, other)
         if key in decided:
             continue

@@ -98,6 +98,8 @@ def rung_paths(kind: str, rung: str, plans: dict[str, Plan]) -> list[str]:
                     for m in sorted({m for m, _ in quants})]
         out += [paths.result("bench", host=name, model=m, quant=q, workload=w, threads=t)
                 for m, q, w, t in plan.cells()]
+        out += [paths.result("reconcile", host=name, model=m, quant=q, workload=w)
+                for m, q, w in plan.reconcile_cells()]
     return list(dict.fromkeys(out))
 
 

@@ -187,6 +187,7 @@ def step_overlay(config: Mapping[str, Any], arch: str, rungs: Sequence[Mapping[s
         "measure": {"quants": [quant], "threads": [threads], "workloads": workloads,
                     "sequential": {"wait_for": ["step"]}},
         "serving": serving,
+        "reconcile": {"enabled": False},
     }
 
 

@@ -85,6 +85,8 @@ def _resolve(ref: str) -> Callable[..., Any]:
 # the serving experiments that run their own tool: an input and a part of their own each
 _SERVERS = tuple(e.key for e in server_experiments())
 SECTIONS: tuple[Section, ...] = (
+    Section("reconcile", ("reconcile", "reconcile_ledger"),
+            build="ladder.analysis.reconcile:section", slot="after_best_threads"),
     Section("serving", ("serving_points", *(f"serving_{key}" for key in _SERVERS)),
             build="ladder.analysis.serving_view:section", slot="after_best_threads",
             figures="ladder.reporting.serving_figures:serving_figures", subkeys=_SERVERS),
