@@ -500,6 +500,11 @@ def test_fleet_report_of_one_host(run_dir):
     assert host["name"] == "local" and host["status"] == "reported"
     assert host["slurm_jobs"] == [] and host["nodes"] == [platform.node()]
     assert {c["workload"] for c in fleet["comparisons"]} == {"pp16", "pp64", "tg16"}
+    [rc] = fleet["reconcile"]  # the host's reconciliation cell, its best counts and step
+    assert (rc["host"], rc["quant"], rc["workload"]) == ("local", "q4_0", "tg16")
+    assert set(rc["best"]) == {"floor", "native_repack"} and rc["steps"][0]["call"] == "faster"
+    assert "## Each rung at its own best thread count, per host" in (
+        run_dir / "results" / "report" / "fleet.md").read_text()
     assert (run_dir / "results" / "report" / "fleet.html").stat().st_size > 2000
 
 

@@ -143,6 +143,20 @@ def test_report_is_evidence_only(report, run_dir):
     assert rungs["floor"]["recipe"]["cmake"]["GGML_CPU_ARM_ARCH"] == "armv8-a"
 
 
+def test_reconciliation_under_emulation_shows_dispatch_not_timing(report, run_dir):
+    """Issue 57, item 2: on the emulated lane the reconciliation section says that timing is
+    not measured and shows the dispatch ledger's verdict at each thread count per rung."""
+    rc = report["reconcile"]
+    assert rc["cells"] == [] and rc["counts"] == [1, 2]
+    assert "timing under emulation is not measured" in rc["emulated"]["text"]
+    rows = {(r["rung"], r["phase"]): r["by_threads"] for r in rc["emulated"]["dispatch"]
+            if r["quant"] == "q4_0"}
+    assert set(rows[("kleidiai", "decode")]) == {"1", "2"}
+    assert all(v in {"DISPATCHED", "HYBRID"} for v in rows[("kleidiai", "decode")].values())
+    md = (run_dir / EMU / "report" / "ladder.md").read_text()
+    assert "timing under emulation is not measured" in md
+
+
 def test_evidence_under_emulation(report):
     ev = report["evidence"]["q4_0"]
     floor, repack = ev["floor"], ev["native_repack"]

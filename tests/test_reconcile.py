@@ -188,3 +188,43 @@ def test_bad_reconcile_settings_are_named(default_config):
         plan_with(default_config, {"enabled": True, "threads": [1, 64]}).reconcile_cells()
     with pytest.raises(LadderError, match="reconcile.workloads: 'pp9' is not a workload"):
         plan_with(default_config, {"enabled": True, "workloads": ["pp9"]}).reconcile_cells()
+
+
+def test_the_fleet_shows_each_hosts_best_counts_and_sentences():
+    from ladder.reporting.fleet import reconcile_rows
+
+    g = grid(["neon", "sme2"], LEDGER_COUNTS)
+    doc = doc_of({"neon@t2": 50.0, "neon@t8": 146.0, "sme2@t2": 100.0, "sme2@t8": 90.0}, g)
+    cell = reconcile.cell(doc, ["neon", "sme2"], STATS)
+    [row] = reconcile_rows([("graviton", {"reconcile": {"cells": [cell]}}),
+                            ("x86", {"reconcile": None})])
+    assert row["host"] == "graviton" and row["best"] == {"neon": [8], "sme2": [2]}
+    [step] = row["steps"]
+    assert (step["call"], step["threads"], step["base_threads"]) == ("slower", 2, 8)
+    assert step["same"] == {"2": "faster", "8": "slower"}
+    assert step["sentence"].startswith("neon at 8 threads beats sme2")
+
+
+def test_an_emulated_host_shows_the_dispatch_per_count_not_timing(tmp_path):
+    import json
+
+    from ladder.reporting.sections import SectionContext
+
+    ledger = {"cells": [
+        {"rung": "kleidiai", "quant": "Q4_0", "phase": "prefill", "threads": t, "verdict": v}
+        for t, v in ((1, "DISPATCHED"), (2, "HYBRID"))] + [
+        {"rung": "native_repack", "quant": "Q4_0", "phase": "prefill", "threads": 2,
+         "verdict": "DISPATCHED"}]}
+    path = tmp_path / "ledger.json"
+    path.write_text(json.dumps(ledger))
+    ctx = SectionContext(plan={"ladder_order": ["floor", "native_repack", "kleidiai"],
+                               "emulated": {"cpu": "sme2"}}, stats_cfg=STATS,
+                         files={"reconcile": [], "reconcile_ledger": [str(path)]})
+    got = reconcile.section(ctx)
+    assert got is not None and got["cells"] == [] and got["counts"] == [1, 2]
+    assert "timing under emulation is not measured" in got["emulated"]["text"]
+    assert [(r["rung"], r["by_threads"]) for r in got["emulated"]["dispatch"]] == [
+        ("native_repack", {"2": "DISPATCHED"}), ("kleidiai", {"1": "DISPATCHED", "2": "HYBRID"})]
+    # a real host without reconciliation cells has no section
+    ctx.plan = {"ladder_order": ["floor"]}
+    assert reconcile.section(ctx) is None

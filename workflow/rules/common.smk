@@ -445,7 +445,8 @@ def reconcile_files(wildcards):
         ],
         "reconcile_ledger": (
             [paths.result("ledger", host=host)]
-            if plan.dispatch_enabled and plan.reconcile_cells()
+            if plan.dispatch_enabled
+            and (plan.reconcile_cells() or plan.reconcile_dispatch_only())
             else []
         ),
     }

@@ -155,14 +155,35 @@ def cell(doc: Mapping[str, Any], ladder: Sequence[str], stats_cfg: Mapping[str, 
                                       .get("n", 0)).lstrip("; ")}
 
 
+def dispatch_by_threads(ledger: Mapping[str, Any], ladder: Sequence[str]
+                        ) -> list[dict[str, Any]]:
+    """The dispatch ledger's verdict at each thread count, per rung (its runtime variants too),
+    quant and phase: what an emulated host's reconciliation shows in place of timing."""
+    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for c in ledger.get("cells") or []:
+        key = (str(c["rung"]), str(c["quant"]).lower(), str(c.get("phase")))
+        row = rows.setdefault(key, {"rung": key[0], "quant": key[1], "phase": key[2],
+                                    "by_threads": {}})
+        row["by_threads"][str(c["threads"])] = c.get("verdict")
+    order = {n: i for i, n in enumerate(ladder)}
+    return sorted(rows.values(), key=lambda r: (r["quant"], r["phase"],
+                                                order.get(r["rung"], len(order)), r["rung"]))
+
+
 def section(ctx: SectionContext) -> dict[str, Any] | None:
-    """The report's reconciliation section: every reconciliation cell of the host, judged."""
+    """The report's reconciliation section: every reconciliation cell of the host, judged; on
+    an emulated host (no timing) the dispatch ledger at each thread count instead."""
     files = ctx.files.get("reconcile") or []
-    if not files:
-        return None
-    docs = load_each(files, ctx.missing)
     ledger = load_first(ctx.files.get("reconcile_ledger") or [], ctx.missing)
     ladder = list(ctx.plan.get("ladder_order") or [])
+    if not files:
+        if not (ctx.plan.get("emulated") and ledger):
+            return None
+        rows = dispatch_by_threads(ledger, ladder)
+        return {"counts": sorted({int(t) for r in rows for t in r["by_threads"]}), "cells": [],
+                "sentences": [], "emulated": {"text": wording.RECONCILE_EMULATED,
+                                              "dispatch": rows}}
+    docs = load_each(files, ctx.missing)
     cells = [cell(d, ladder, ctx.stats_cfg, ledger) for d in docs]
     return {"counts": sorted({t for c in cells for t in c["counts"]}), "cells": cells,
             "sentences": [s["sentence"] for c in cells for s in c["steps"] if s["sentence"]]}

@@ -296,6 +296,11 @@ def position_check(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 # --- thread reconciliation (analysis.reconcile) ----------------------------------------------
+RECONCILE_EMULATED = ("timing under emulation is not measured (QEMU's speed says nothing of a "
+                      "real CPU's): no best thread count is named here; the dispatch ledger shows "
+                      "which kernels ran at each thread count instead")
+
+
 def _counts(ts: Sequence[int]) -> str:
     return " or ".join(f"{t}" for t in ts) + (" thread" if ts == [1] else " threads")
 

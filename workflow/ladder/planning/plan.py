@@ -272,6 +272,12 @@ class Plan:
         return [(m, q, w) for m, q in self.model_quants() if not quants or q in quants
                 for w in names]
 
+    def reconcile_dispatch_only(self) -> bool:
+        """An emulated host with the reconciliation on: no timing (emulated throughput is never
+        measured), the dispatch ledger at each thread count in its place."""
+        rc = self.config.get("reconcile") or {}
+        return bool(rc.get("enabled")) and self.emulated and self.dispatch_enabled
+
     def grid_entries(self, provenance: Any) -> list[RungEntry]:
         """A reconciliation cell's entries: every applicable rung of the ladder at every count
         of ``reconcile_threads`` (named ``<rung>@t<n>``, in rung order, then count), and the

@@ -357,6 +357,30 @@ def shared_builds(docs: Sequence[tuple[str, Mapping[str, Any]]], names: Sequence
     return sorted(builds.values(), key=lambda b: (b["rung"], b["build_key"]))
 
 
+def reconcile_rows(hosts: Sequence[tuple[str, Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """Per host, quant and workload of its reconciliation cells (its report's ``reconcile``
+    section): each rung's best thread count (or tied set) and each step best against best,
+    beside the steps at equal threads, with the sentence where they disagree."""
+    rows = []
+    for host, doc in hosts:
+        for c in (doc.get("reconcile") or {}).get("cells") or []:
+            best = {r["rung"]: r["best"]["threads"] for r in c["rungs"]}
+            steps = []
+            for s in c["steps"]:
+                main = s["best_vs_best"]["main"] or {}
+                steps.append({"base": s["base"], "rung": s["rung"],
+                              "call": s["best_vs_best"]["call"],
+                              "estimate": main.get("estimate"),
+                              "threads": main.get("threads"),
+                              "base_threads": main.get("base_threads"),
+                              "same": {str(p["threads"]): p["call"] for p in s["same_threads"]},
+                              "sentence": s["sentence"]})
+            rows.append({"host": host, "quant": c["quant"], "workload": c["workload"],
+                         "phase": c["phase"], "counts": c["counts"], "best": best,
+                         "steps": steps})
+    return rows
+
+
 def build_fleet(reports: Sequence[str], stats_cfg: Mapping[str, Any] | None = None,
                 absent: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
     stats_cfg = stats_cfg or {}
@@ -388,6 +412,7 @@ def build_fleet(reports: Sequence[str], stats_cfg: Mapping[str, Any] | None = No
                           for (_, doc), n in zip(docs, names) if n in emulated],
         "kernel_tiers": kernel_tiers([(n, doc) for (_, doc), n in zip(docs, names)
                                       if n in emulated]),
+        "reconcile": reconcile_rows([(n, doc) for (_, doc), n in zip(docs, names)]),
         "drift": {"pairs": sorted(aa_pairs), "floor": drift,
                   "definition": "largest reach (log scale, as for a noise floor) of the CI of any "
                                 "rung's ratio between the reference and a host with its CPU "
