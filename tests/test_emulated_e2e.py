@@ -219,6 +219,12 @@ def test_kleidiai_ledger_per_thread_and_variant(run_dir, report):
             ran2 = {(k["operand"], k["shape"], k["variant"]) for k in cap2["L3"]["vendor"]["kernels"]
                     if k["shape"] and k["calls"]}
             assert ("q4", shape, "SME2") in ran2 and not any(v not in ("SME2",) for *_, v in ran2)
+            # ... on every guest thread (the exec log's per-thread counts): at 2 threads under
+            # cap 2 both threads ran SME2 kernels, where cap 1 handed the second to the fallback
+            sme2_threads = {int(th) for k in cap2["L3"]["vendor"]["kernels"]
+                            if k["shape"] and k["calls"] and k["variant"] == "SME2"
+                            for th, n in k["threads"].items() if n}
+            assert sme2_threads == set(range(t)), (w, t, sme2_threads)
             for k in v["kernels"]:  # counted per guest thread
                 if k["shape"] and k["calls"]:
                     ths = {int(th): n for th, n in k["threads"].items()}  # JSON keys: strings

@@ -145,3 +145,7 @@ def test_a_rung_on_another_source_is_another_build_on_the_same_recipe(default_co
     assert set(every) == {main, sids["release_b"], sids["patched"]}
     assert every[sids["release_b"]]["commit"] == commit
     assert source_id(every[sids["patched"]]) == sids["patched"]
+    # the ladder's own source, the patched rung's base: its spec as the config gives it (same
+    # keys in the same order), so its fetch_source job's params do not change when a config
+    # adds a patched rung (Snakemake compares them as text: everything would run again)
+    assert list(every[main].items()) == list(default_config["source"].items())

@@ -167,7 +167,7 @@ def plan_with(default_config, reconcile):
 
 def test_the_plans_cells_and_entries(default_config):
     plan = plan_with(default_config, {"enabled": True, "threads": [1, "all"], "quants": ["Q4_0"],
-                                      "workloads": ["tg64"]})
+                                      "phases": ["decode"]})
     assert plan.reconcile_threads() == [1, 2]  # all: the host's 2 cores
     assert plan.reconcile_cells() == [("gemma3-270m", "q4_0", "tg64")]
     entries = plan.grid_entries(lambda key: f"builds/{key}/provenance.json")

@@ -14,6 +14,7 @@ from ladder.core.records import RungEntry
 from ladder.core.kernels import load_families
 from ladder.preparing import emulation
 from ladder.planning import serving_experiments, stages
+from ladder.planning.protocol import phase_of
 from ladder.preparing.recipes import (
     Recipe,
     Rung,
@@ -40,7 +41,11 @@ def all_sources(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
             spec = r.recipe.source_spec
             if spec:
                 out[source_id(spec)] = spec
-                out[source_id(base_of(spec))] = base_of(spec)
+                # the base of a patched source: when it is the ladder's own (or another rung's)
+                # the spec already there is kept, so that its job's params read the same
+                # whatever rungs the config has (a dict of another key order is other params
+                # to Snakemake: every build and measurement would run again)
+                out.setdefault(source_id(base_of(spec)), base_of(spec))
     return out
 
 
@@ -255,8 +260,9 @@ class Plan:
 
     def reconcile_cells(self) -> list[tuple[str, str, str]]:
         """(model, quant, workload) of every reconciliation cell: reconcile.quants and
-        .workloads (null: the bench's; one switched off in measure.workloads is off), on a host
-        that measures throughput, when two or more thread counts are named."""
+        .workloads (null: the bench's; one switched off in measure.workloads is off) of the
+        phases in reconcile.phases (null: both), on a host that measures throughput, when two or
+        more thread counts are named."""
         rc = self.config.get("reconcile") or {}
         if not rc.get("enabled") or not self.settings["throughput"] or len(
                 self.reconcile_threads()) < 2:
@@ -267,16 +273,18 @@ class Plan:
             if w not in known:
                 raise LadderError(f"reconcile.workloads: {w!r} is not a workload of "
                                   f"measure.workloads ({', '.join(known)})")
+        phases = set(rc.get("phases") or ("prefill", "decode"))
         # a workload switched off (null) in measure.workloads is off here too
-        names = [w for w in rc.get("workloads") or known if known[w]]
+        names = [w for w in rc.get("workloads") or known
+                 if known[w] and phase_of(known[w]) in phases]
         return [(m, q, w) for m, q in self.model_quants() if not quants or q in quants
                 for w in names]
 
     def reconcile_dispatch_only(self) -> bool:
-        """An emulated host with the reconciliation on: no timing (emulated throughput is never
-        measured), the dispatch ledger at each thread count in its place."""
+        """A host that measures no throughput (the emulated lane's overlay) with the
+        reconciliation on: no timing, the dispatch ledger at each thread count in its place."""
         rc = self.config.get("reconcile") or {}
-        return bool(rc.get("enabled")) and self.emulated and self.dispatch_enabled
+        return bool(rc.get("enabled")) and not self.settings["throughput"] and self.dispatch_enabled
 
     def grid_entries(self, provenance: Any) -> list[RungEntry]:
         """A reconciliation cell's entries: every applicable rung of the ladder at every count
