@@ -7,13 +7,16 @@ real bisection, builds and measurements, is tests/test_e2e.py::test_bisect_finds
 from __future__ import annotations
 
 import argparse
+import math
 import json
 import subprocess
 from pathlib import Path
 
 import numpy as np
+import scipy.stats as sps
 import pytest
 
+from ladder.planning import protocol
 from ladder.reporting import bisect
 from ladder.core.errors import LadderError
 from ladder.planning.targets import load_config
@@ -452,3 +455,24 @@ def test_ends_too_close_for_the_rounds_stop_before_walking(history, tmp_path, mo
     measured.clear()
     b2.run()
     assert len(measured) > 1 and measured[1].startswith("probe-")
+
+
+def test_a_loose_noise_estimate_does_not_refuse_the_walk():
+    """CI, 2026-12-07: ends 3 rounds (a 2.9x step), A/A SD read as 26.3 % per round from those 3
+    rounds: at that point estimate a probe needs 5 rounds and a step measures 4, but 2 degrees
+    of freedom say little of the noise. The walk is refused only when even the lower 90 %
+    confidence bound of the A/A SD leaves a step short; a noise measured over many rounds still
+    refuses it."""
+    loose = {"probes": 3, "step_wall_s": 60.0, "step_rounds": 3, "step_effect": 0.653,
+             "aa_sd": 0.263, "rounds_to_place": 5}
+    low = 0.263 * math.sqrt(2 / sps.chi2.ppf(0.9, 2))
+    need, capped = protocol.rounds_for(low, 0.653, 0.05, 3, 200)
+    assert not capped and need <= 4
+    assert bisect.out_of_placing({**loose, "aa_sd_low": low, "rounds_to_place_low": need},
+                                 4, "measure.sequential.max") is None
+    # the same need from 28 rounds of A/A: the bound is close, the walk is refused
+    firm = {**loose, "step_rounds": 28, "step_effect": 0.04, "aa_sd": 0.095,
+            "rounds_to_place": 41, "rounds_to_place_low": 31}
+    got = bisect.out_of_placing(firm, 28, "measure.sequential.max")
+    assert got is not None and got["rounds"] == 41
+    assert got["config"] == "measure.sequential.max=41"

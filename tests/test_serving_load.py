@@ -64,6 +64,28 @@ def test_the_server_check_compares_tokens_and_prefill():
     r.timings = {"predicted_n": 3, "prompt_ms": 700.0}
     chk = load_client.metrics(r)["check"]
     assert chk["tokens_agree"] is False and chk["ttft_covers_prefill"] is False
+    assert chk["held_back"] == 0  # more tokens streamed than generated: never explained
+
+
+def test_a_token_held_back_at_n_predict_is_told_from_a_disagreement():
+    """llama-server streams no token that leaves an incomplete UTF-8 character; when n_predict
+    stops it there, the client sees fewer tokens than predicted_n (CI: 2 of 364 requests):
+    short by at most 3 tokens and stopped by the limit, it is counted as held back, not as a
+    disagreement; any other shortfall still is one."""
+    r = req(timings={"predicted_n": 5, "prompt_ms": 100.0}, stop_type="limit")
+    chk = load_client.metrics(r)["check"]
+    assert chk["tokens_agree"] is False and chk["held_back"] == 1
+    s = load_client.summarize([r.record()], 10.0, {})
+    assert s["server_check"]["tokens_disagree"] == 0 and s["server_check"]["tokens_held_back"] == 1
+    eos = req(timings={"predicted_n": 5, "prompt_ms": 100.0}, stop_type="eos")
+    far = req(timings={"predicted_n": 9, "prompt_ms": 100.0}, stop_type="limit")
+    for bad in (eos, far):
+        assert load_client.metrics(bad)["check"]["held_back"] == 0
+    s = load_client.summarize([eos.record(), far.record()], 10.0, {})
+    assert s["server_check"]["tokens_disagree"] == 2
+    final = load_client.Request(0, "c1", 8, 4)
+    assert load_client._event(final, b'data: {"stop": true, "stop_type": "limit", "timings": {}}',
+                              1.0) is True and final.stop_type == "limit"
 
 
 def records(n_ok: int, n_failed: int, ttft_s: float = 0.5) -> list[dict]:

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import scipy.stats as sps
 import yaml
 
 from ladder.core import paths
@@ -468,6 +469,10 @@ class Bisection:
         return doc
 
 
+# the one-sided confidence of the A/A SD's lower bound a walk is refused on (out_of_placing)
+OPTIMISTIC = 0.9
+
+
 def expected_cost(n_commits: int, ends: Mapping[str, Any], step: Mapping[str, Any]
                   ) -> dict[str, Any]:
     """Before walking: about log2(commits between the ends) probes, each a step like the ends'
@@ -491,8 +496,15 @@ def expected_cost(n_commits: int, ends: Mapping[str, Any], step: Mapping[str, An
     if sd and rounds and threshold is not None and step.get("estimate"):
         effect = abs(step["estimate"] - 1)
         need, capped = protocol.rounds_for(float(sd), effect, float(threshold), 3, 200)
+        # the A/A SD of a few rounds is itself uncertain (3 rounds: 2 degrees of freedom): the
+        # walk is refused only when even its lower 90 % confidence bound leaves a step short
+        k = int(rounds) - 1
+        low_sd = float(sd) * math.sqrt(k / float(sps.chi2.ppf(OPTIMISTIC, k))) if k > 0 \
+            else float(sd)
+        low_need, low_capped = protocol.rounds_for(low_sd, effect, float(threshold), 3, 200)
         out.update(step_effect=effect, aa_sd=sd, step_rounds=rounds,
-                   rounds_to_place=None if capped else need)
+                   rounds_to_place=None if capped else need, aa_sd_low=low_sd,
+                   rounds_to_place_low=None if low_capped else low_need)
         if capped:
             text += (f"; placing a probe needs a {effect * 100:.1f} % difference called, which "
                      f"at this noise (A/A SD {sd * 100:.1f} % per round) takes more than 200 "
@@ -515,15 +527,18 @@ def expected_cost(n_commits: int, ends: Mapping[str, Any], step: Mapping[str, An
 def out_of_placing(expected: Mapping[str, Any], most: int, setting: str
                    ) -> dict[str, Any] | None:
     """When the ends' effect and noise say a step's rounds (at most ``most``, set by
-    ``setting``) would not place a probe with 80 % power (``expected_cost``), what the walk
-    needs instead: the rounds, the setting that gives them and the walk's minutes at that many
-    rounds a step (its steps scaled from the ends'); None when they would (or nothing was
+    ``setting``) would not place a probe with 80 % power (``expected_cost``), even at the lower
+    90 % confidence bound of the ends' A/A SD (a few rounds estimate it loosely: CI's 3-round
+    ends once read 26 % for a pair that is a few % apart), what the walk needs instead: the
+    rounds at the measured noise, the setting that gives them and the walk's minutes at that
+    many rounds a step (its steps scaled from the ends'); None when they would (or nothing was
     measured to say)."""
     if "rounds_to_place" not in expected:
         return None
     need = expected["rounds_to_place"]
-    if need is not None and need <= most:
-        return None
+    low = expected.get("rounds_to_place_low", need)
+    if (need is not None and need <= most) or (low is not None and low <= most):
+        return None  # at the measured noise, or at its optimistic bound, a step would do
     out: dict[str, Any] = {"why": "probes", "rounds": need, "most": most}
     if need is None:
         out["text"] = (f"placing a probe needs a {expected['step_effect'] * 100:.1f} % "
