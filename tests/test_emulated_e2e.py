@@ -294,7 +294,9 @@ def test_quality_drift_under_emulation(report):
     # the KleidiAI rung's drift names which of its kernel sets ran: over the SME thread cap its
     # init lines set, the fallback kernels (issue 45, item 5)
     kq = q["kleidiai"]
-    assert kq["status"] == "ok"
+    # (once in three fresh-clone runs, 2026-12-07, this was "failed" after 43 s; a later test
+    # of this module rewrote the record: its reason is printed here next time)
+    assert kq["status"] == "ok", {k: kq.get(k) for k in ("status", "reason", "log", "threads")}
     cap = report["evidence"]["q4_0"]["kleidiai"]["kleidiai_sme"]["thread_cap"]
     side = "over" if kq["threads"] > cap else "within"
     assert f"{side} KleidiAI's SME thread cap {cap}" in kq["drift"]["scope"]
