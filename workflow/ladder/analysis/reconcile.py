@@ -34,9 +34,6 @@ from ladder.planning.protocol import clean_samples, paired_ratios, per_round_mea
 if TYPE_CHECKING:  # an annotation only: the views never import the report's registry
     from ladder.reporting.sections import SectionContext
 
-Grid = Mapping[str, tuple[str, int]]
-
-
 def grid_of(doc: Mapping[str, Any]) -> dict[str, tuple[str, int]]:
     """entry name -> (rung, threads), as the cell recorded it."""
     return {n: (str(g["rung"]), int(g["threads"])) for n, g in (doc.get("grid") or {}).items()}
@@ -111,11 +108,10 @@ def cell(doc: Mapping[str, Any], ladder: Sequence[str], stats_cfg: Mapping[str, 
          ledger: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """One reconciliation cell judged (the module's docstring)."""
     grid = grid_of(doc)
-    samples = clean_samples(doc["samples"])
-    phase = stats.doc_phase(doc, samples)
+    phase = stats.doc_phase(doc, clean_samples(doc["samples"]))
     threshold = stats.threshold_for(stats_cfg.get("threshold"), phase)
     judge = Judge(doc, stats_cfg, threshold)
-    measured = {str(s["rung"]) for s in samples}
+    measured = {str(s["rung"]) for s in judge.samples}
     counts = sorted({t for _, t in grid.values()})
     by_rung: dict[str, dict[int, str]] = {}
     for name, (rung, t) in grid.items():
@@ -139,8 +135,7 @@ def cell(doc: Mapping[str, Any], ladder: Sequence[str], stats_cfg: Mapping[str, 
             continue
         bvb = best_vs_best(judge, best_of[a], best_of[b], by_rung[a], by_rung[b])
         steps.append({"base": a, "rung": b, "same_threads": same, "best_vs_best": bvb,
-                      "sentence": wording.reconcile_sentence(a, b, same, bvb, best_of[a],
-                                                             best_of[b])})
+                      "sentence": wording.reconcile_sentence(a, b, same, bvb)})
     aa = None
     control, twin = doc.get("control"), doc.get("twin")
     if control in measured and twin in measured:  # the A/A pair, at the largest count

@@ -315,16 +315,14 @@ def best_count(rung: str, best: Mapping[str, Any], ledger: Mapping[int, str]) ->
                        sorted((best.get("speeds") or {}).items()) if v)
     where = f" ({speeds})" + (f" (dispatch ledger at {'; '.join(ran)})" if ran else "")
     if best.get("decided"):
-        others = [p for p in best.get("pairs") or []]
         return (f"{rung} is fastest at {_counts(ts)}" + (
-            ", every other count called slower" if others else "") + where)
+            ", every other count called slower" if best.get("pairs") else "") + where)
     return (f"{rung}: best count not decided, tied at {_counts(ts)} (no other count called "
             f"slower than the fastest, {best['fastest']})" + where)
 
 
 def reconcile_sentence(lower: str, higher: str, same: Sequence[Mapping[str, Any]],
-                       bvb: Mapping[str, Any], best_lower: Mapping[str, Any],
-                       best_higher: Mapping[str, Any]) -> str | None:
+                       bvb: Mapping[str, Any]) -> str | None:
     """What the step means once each rung runs at its own best count, when that differs from
     the step at equal threads (None when they agree and both rungs are best at one count)."""
     main = bvb.get("main")

@@ -72,9 +72,9 @@ def entry_cpus(cpus: Sequence[int] | None, threads: int) -> list[int] | None:
     """Where one process of ``threads`` runs in a cell placed on ``cpus``: the whole set for a
     cell of one count; for a reconciliation entry of fewer threads, as many CPUs of the set as
     ``machine.cpu_set`` would give a bench cell of that count (CPU 0 left out while spare)."""
-    if cpus is None or threads >= len(cpus):
-        return list(cpus) if cpus is not None else None
-    return cpu_set(threads, "auto", allowed=cpus)
+    if cpus is None:
+        return None
+    return list(cpus) if threads >= len(cpus) else cpu_set(threads, "auto", allowed=cpus)
 
 
 @dataclass
@@ -234,7 +234,8 @@ def grid_identity(rungs: Sequence[RungEntry]) -> dict[str, Any]:
     thread count, and its A/A pair (the control and its twin's entry)."""
     control = next((r for r in rungs if r.get("twin_of")), None)
     return {"experiment": "reconcile",
-            "grid": {r["name"]: dict(r["reconcile"]) for r in rungs if r.get("reconcile")},
+            "grid": {n: {"rung": rung, "threads": t}
+                     for n, (rung, t) in (harness.grid_of(rungs) or {}).items()},
             "control": control["name"] if control else None,
             "twin": control.get("twin_of") if control else None}
 

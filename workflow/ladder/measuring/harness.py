@@ -230,11 +230,7 @@ class Cell:
 
     @property
     def grid(self) -> dict[str, tuple[str, int]] | None:
-        """A reconciliation cell's entries as (rung, threads) pairs by name (None: a cell of
-        rungs at one thread count)."""
-        got = {str(r["name"]): (str(r["reconcile"]["rung"]), int(r["reconcile"]["threads"]))
-               for r in self.rungs if r.get("reconcile")}
-        return got or None
+        return grid_of(self.rungs)
 
     def roles(self) -> tuple[list[str], str | None, str | None]:
         """The ladder's rungs in order, the control and its twin."""
@@ -242,6 +238,14 @@ class Cell:
         control = next((r["name"] for r in self.rungs if r.get("twin_of")), None)
         twin = next((r["twin_of"] for r in self.rungs if r.get("twin_of")), None)
         return ladder, control, twin
+
+
+def grid_of(rungs: Sequence[RungEntry]) -> dict[str, tuple[str, int]] | None:
+    """A reconciliation cell's entries as (rung, threads) pairs by name (None: a cell of rungs
+    at one thread count)."""
+    got = {str(r["name"]): (str(r["reconcile"]["rung"]), int(r["reconcile"]["threads"]))
+           for r in rungs if r.get("reconcile")}
+    return got or None
 
 
 def open_cell(name: str, rungs: Sequence[RungEntry], raw_dir: str, seed: int,

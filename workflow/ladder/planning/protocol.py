@@ -257,8 +257,15 @@ def planning_sd(sd: float, pairs: int, assurance: float) -> float:
     that probability the pilot has not understated the cell's noise (Browne 1995). A 10-round
     pilot's SD alone is low in half the cells, which then get too few rounds (measured:
     docs/statistics.md)."""
+    return sd_bound(sd, pairs, 1 - assurance) if assurance > 0.5 else sd
+
+
+def sd_bound(sd: float, pairs: int, q: float) -> float:
+    """A per-round SD over ``pairs`` paired rounds scaled to a one-sided chi-square confidence
+    bound (``pairs`` - 1 degrees of freedom): its upper bound at ``q`` below 0.5 (the planning
+    SD), its lower bound at ``q`` above it (an optimistic reading of the noise)."""
     k = pairs - 1
-    return sd * math.sqrt(k / float(sps.chi2.ppf(1 - assurance, k))) if assurance > 0.5 else sd
+    return sd * math.sqrt(k / float(sps.chi2.ppf(q, k))) if k > 0 else sd
 
 
 def rounds_from_sd(sd: float, pairs: int, rule: Mapping[str, Any], threshold: float,

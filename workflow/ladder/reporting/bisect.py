@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import scipy.stats as sps
 import yaml
 
 from ladder.core import paths
@@ -498,9 +497,7 @@ def expected_cost(n_commits: int, ends: Mapping[str, Any], step: Mapping[str, An
         need, capped = protocol.rounds_for(float(sd), effect, float(threshold), 3, 200)
         # the A/A SD of a few rounds is itself uncertain (3 rounds: 2 degrees of freedom): the
         # walk is refused only when even its lower 90 % confidence bound leaves a step short
-        k = int(rounds) - 1
-        low_sd = float(sd) * math.sqrt(k / float(sps.chi2.ppf(OPTIMISTIC, k))) if k > 0 \
-            else float(sd)
+        low_sd = protocol.sd_bound(float(sd), int(rounds), OPTIMISTIC)
         low_need, low_capped = protocol.rounds_for(low_sd, effect, float(threshold), 3, 200)
         out.update(step_effect=effect, aa_sd=sd, step_rounds=rounds,
                    rounds_to_place=None if capped else need, aa_sd_low=low_sd,
