@@ -777,7 +777,11 @@ def server_settings(wildcards):
     """An experiment's own settings: the quant and its config block (another experiment's are
     not its inputs)."""
     s = config["serving"]
-    return {"quant": s["quant"], wildcards.experiment: s[wildcards.experiment]}
+    out = {"quant": s["quant"], wildcards.experiment: s[wildcards.experiment]}
+    keeps = SERVER_EXPERIMENTS[wildcards.experiment].keeps
+    if keeps:  # where it keeps its content-addressed state (x-serving keeps)
+        out["keeps"] = f"{R}/{keeps}"
+    return out
 
 
 def server_module(wildcards):

@@ -12,7 +12,7 @@ from ladder.planning import protocol
 from ladder.core.errors import LadderError
 from ladder.planning.serving_experiments import BENCH_EXPERIMENTS, EXPERIMENTS
 from ladder.core.io import read_json
-from ladder.analysis import server_load_view
+from ladder.analysis import depth_view, server_load_view
 
 if TYPE_CHECKING:  # an annotation only: the views never import the report's registry
     from ladder.reporting.sections import SectionContext
@@ -183,6 +183,7 @@ class ServerView:
 
 VIEWS: dict[str, ServerView] = {
     "prefix_cache": ServerView(summarize_prefix, lambda v: [v["cell"]]),
+    "depth": ServerView(depth_view.summarize_depth, depth_view.judged, depth_view.finish),
     "concurrency": ServerView(summarize_concurrency, lambda v: [p["cell"] for p in v["points"]]),
     "load": ServerView(server_load_view.summarize_load, server_load_view.judged,
                        server_load_view.finish, priced=True),

@@ -174,7 +174,7 @@ def policy_from(block: Mapping[str, Any], threads: int, phase: str | None = None
     rule = block.get("rounds_from_noise")
     seq = protocol.check_sequential(block.get("sequential"), phase) if phase else None
     if seq:  # the design's looks replace the pilot and the Haybittle-Peto looks
-        retire, rule, delta = None, None, float(seq["threshold"])
+        retire, rule, delta = None, None, float(seq["threshold"] or 0.0)
     return Policy(
         rounds=int(block["rounds"]), warmup_rounds=int(block["warmup_rounds"]), reps=reps,
         statistic=statistic, warmup=bool(block["warmup"]), timeout_s=float(block["timeout_s"]),
@@ -183,7 +183,8 @@ def policy_from(block: Mapping[str, Any], threads: int, phase: str | None = None
         rep_rule=dict(block["auto_repetitions"]) if reps == "auto" else None,
         retire={k: v for k, v in retire.items() if k != "threshold"} if retire else None,
         delta=delta,
-        rounds_rule=protocol.check_rounds_rule(rule, phase, delta) if rule and phase else None,
+        rounds_rule=(protocol.check_rounds_rule(rule, phase, delta)
+                     if rule and phase and phase != protocol.POINTS else None),
         sequential=seq, budget_s=budget_s if seq else None)
 
 
@@ -467,29 +468,40 @@ def pilot(cell: Cell, policy: Policy, measured: int) -> None:
 def sequential_look(cell: Cell, policy: Policy, measured: int) -> None:
     """After a measured round (the anytime-valid design): decide what the rounds so far decide
     (``sequential.look``) and retire every rung no open comparison needs any more
-    (``sequential.still_needed``); with nothing open the cell has no further round."""
+    (``sequential.still_needed``); with nothing open the cell has no further round. A cell
+    whose samples name their points (``sequential.by_point``) looks at each point on its own,
+    at its phase's δ; a rung leaves when no point needs it."""
     seq = policy.sequential
     if not seq or measured < sequential.MIN_ROUNDS:
         return
     ladder, control, twin = cell.roles()
-    new = sequential.look(cell.samples, ladder, control, twin, cell.decided, int(seq["max"]),
-                          float(seq["alpha"]), float(seq["factor"]), policy.delta,
-                          policy.statistic, seq.get("futility"), cell.grid)
-    for key, d in new.items():
-        cell.decided[key] = {**d, "at": measured}
-    measured_names = {str(s["rung"]) for s in protocol.clean_samples(cell.samples)}
-    # a comparison with a rung that failed or crashed gets no more rounds: it is not waited for
-    comps = [c for c in sequential.cell_comparisons(ladder, control, twin, measured_names,
-                                                    cell.grid)
-             if all(cell.status[n]["status"] == "measured" for n in c[1:])]
-    need = sequential.still_needed(comps, cell.decided, control, twin, seq["wait_for"])
+    need: set[str] = set()
+    new: dict[str, dict[str, Any]] = {}
+    for point, samples in sequential.by_point(cell.samples):
+        delta = policy.delta if point is None else float(
+            seq["thresholds"][str(samples[0]["phase"])])
+        decided = sequential.decided_at(cell.decided, point)
+        got = sequential.look(samples, ladder, control, twin, decided, int(seq["max"]),
+                              float(seq["alpha"]), float(seq["factor"]), delta,
+                              policy.statistic, seq.get("futility"), cell.grid)
+        for key, d in got.items():
+            new[sequential.point_key(point, key)] = {**d, "at": measured}
+        cell.decided.update(new)
+        measured_names = {str(s["rung"]) for s in protocol.clean_samples(samples)}
+        # a comparison with a rung that failed or crashed gets no more rounds: not waited for
+        comps = [c for c in sequential.cell_comparisons(ladder, control, twin, measured_names,
+                                                        cell.grid)
+                 if all(cell.status[n]["status"] == "measured" for n in c[1:])]
+        need |= sequential.still_needed(comps, sequential.decided_at(cell.decided, point),
+                                        control, twin, seq["wait_for"])
     for name in sorted(set(cell.active) - need - set(cell.retired)):
         cell.retired[name] = measured
     if new:
-        progress.step("look", measured, cell.rounds, "decided: " + ", ".join(
-            f"{k.split(':', 1)[1].replace(':', ' -> ')} "
+        # a step that is also a comparison with the floor is said once
+        progress.step("look", measured, cell.rounds, "decided: " + ", ".join(dict.fromkeys(
+            sequential.describe(k) + " "
             + ("out of reach (futility)" if d["decision"] == "futile" else d["decision"])
-            for k, d in sorted(new.items())))
+            for k, d in sorted(new.items()))))
     if not need:
         cell.stopped = "decided"
 
@@ -677,7 +689,9 @@ def sequential_meta(cell: Cell, policy: Policy) -> dict[str, Any] | None:
     decided at, and when each rung left the rounds."""
     if not policy.sequential:
         return None
-    return {**policy.sequential, "rule": "gs", "threshold": policy.delta,
+    # a cell of several points has no one δ: each point's phase has its own ("thresholds")
+    one = policy.delta if policy.sequential.get("threshold") is not None else None
+    return {**policy.sequential, "rule": "gs", "threshold": one,
             "budget_s": policy.budget_s, "spent_s": round(cell.spent_s, 3),
             "measured_rounds": len(cell.round_seconds), "stopped": cell.stopped,
             "decided": cell.decided, "left": cell.retired}

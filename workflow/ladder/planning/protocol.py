@@ -345,6 +345,11 @@ def check_repetitions(reps: int | str, warmup_rounds: int, statistic: str) -> No
                           "of one; auto takes the mean")
 
 
+# the phase of a cell whose samples are several points, each of its own phase (the depth
+# experiment: prefill and decode at every depth), each looked at on its own
+POINTS = "points"
+
+
 def check_sequential(block: Mapping[str, Any] | None, phase: str | None
                      ) -> dict[str, Any] | None:
     """measure.sequential (its defaults the schema's) for one cell's phase (None when off):
@@ -366,7 +371,10 @@ def check_sequential(block: Mapping[str, Any] | None, phase: str | None
     return {"alpha": float(rule["alpha"]), "max": int(rule["max"]), "rho": float(rule["rho"]),
             "factor": dependence_factor(float(rule["rho"])),
             "wait_for": list(rule.get("wait_for") or ["step", "vs_floor"]),
-            "futility": futility, "threshold": threshold_for(rule["threshold"], phase)}
+            "futility": futility,
+            # a cell of several points names each sample's phase: δ per phase, none for the cell
+            "threshold": None if phase == POINTS else threshold_for(rule["threshold"], phase),
+            "thresholds": {ph: threshold_for(rule["threshold"], ph) for ph in DEFAULT_THRESHOLD}}
 
 
 def check_rounds_rule(rounds_from_noise: Mapping[str, Any] | None, phase: str, delta: float

@@ -250,6 +250,37 @@ def comparison_key(kind: str, base: str, other: str) -> str:
     return f"{kind}:{base}:{other}"
 
 
+def point_key(point: str | None, key: str) -> str:
+    """A comparison's name in a cell of several points: ``point|kind:base:other``."""
+    return key if point is None else f"{point}|{key}"
+
+
+def decided_at(decided: Mapping[str, Any], point: str | None) -> dict[str, Any]:
+    """A point's decided comparisons by their own key (``point_key`` undone); None: the cell's
+    own (those without a point)."""
+    if point is None:
+        return {k: v for k, v in decided.items() if "|" not in k}
+    head = f"{point}|"
+    return {k[len(head):]: v for k, v in decided.items() if k.startswith(head)}
+
+
+def by_point(samples: Sequence[Mapping[str, Any]]
+             ) -> list[tuple[str | None, list[Mapping[str, Any]]]]:
+    """A cell's samples by the point they name, in first-seen order ([(None, all)] when none
+    names one: a cell of one workload)."""
+    points = list(dict.fromkeys(str(s["point"]) for s in samples if s.get("point")))
+    if not points:
+        return [(None, list(samples))]
+    return [(p, [s for s in samples if s.get("point") == p]) for p in points]
+
+
+def describe(key: str) -> str:
+    """A decided comparison's key for a progress line: "[point] base -> other"."""
+    point, _, comp = key.rpartition("|")
+    text = comp.split(":", 1)[1].replace(":", " -> ")
+    return f"{point} {text}" if point else text
+
+
 def cell_comparisons(ladder: Sequence[str], control: str | None, twin: str | None,
                      measured: set[str], grid: Mapping[str, tuple[str, int]] | None = None
                      ) -> list[tuple[str, str, str]]:

@@ -51,6 +51,9 @@ class ServerExperiment:
     #               own_cpus=..., **inputs) -> the result it wrote
     tool: str  # the build target it runs (a start-up check: build.targets has it)
     inputs: tuple[str, ...] = ()  # the workflow's files it reads beyond the model ("corpus")
+    # a folder under the resources it keeps content-addressed state in across jobs and runs
+    # (the depth experiment's saved contexts), passed as settings["keeps"]
+    keeps: str | None = None
 
     @property
     def module(self) -> str:
@@ -67,14 +70,14 @@ def server_experiments(schema_path: str | Path = CONFIG_SCHEMA) -> tuple[ServerE
             continue
         if key in EXPERIMENTS:
             raise LadderError(f"config schema: serving.{key} is a llama-bench experiment")
-        unknown = sorted(set(spec) - {"measure", "tool", "inputs"})
+        unknown = sorted(set(spec) - {"measure", "tool", "inputs", "keeps"})
         missing = sorted({"measure", "tool"} - set(spec))
         if unknown or missing:
             raise LadderError(f"config schema: serving.{key}.x-serving: "
                               + (f"unknown keys {unknown}" if unknown else f"no {missing}")
-                              + " (measure, tool, inputs)")
+                              + " (measure, tool, inputs, keeps)")
         out.append(ServerExperiment(key, spec["measure"], spec["tool"],
-                                    tuple(spec.get("inputs", ()))))
+                                    tuple(spec.get("inputs", ())), spec.get("keeps")))
     return tuple(out)
 
 

@@ -263,7 +263,41 @@ def load_curves(doc: Mapping[str, Any], load: Mapping[str, Any], out: Path
     return figs
 
 
+def depth_figures(doc: Mapping[str, Any], dp: Mapping[str, Any], out: Path
+                  ) -> dict[str, Any]:
+    """Per phase: each comparison's ratio against the context depth, with its intervals, 1x
+    drawn (where a curve crosses it, the advantage has inverted)."""
+    figs: dict[str, Any] = {}
+    for phase, curves in (dp.get("curves") or {}).items():
+        if not curves:
+            continue
+        fid = f"serving_depth_{phase}"
+        title = f"long context: {phase} ratio against depth"
+        fig, ax = plt.subplots(figsize=(6.4, 3.3))
+        for i, c in enumerate(curves):
+            s = c["series"]
+            xs = [p["depth"] for p in s]
+            ys = [p["estimate"] for p in s]
+            lo = [p["estimate"] - (p["lo"] if p["lo"] is not None else p["estimate"]) for p in s]
+            hi = [(p["hi"] if p["hi"] is not None else p["estimate"]) - p["estimate"] for p in s]
+            ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3,
+                        color=COLORS[i % len(COLORS)], label=f"{c['rung']} / {c['base']}")
+        ax.axhline(1.0, color="#555555", linewidth=0.8, linestyle="--")
+        ax.set_yscale("log")
+        ax.set_xlabel("context depth (tokens)")
+        ax.set_ylabel("ratio (paired, with interval)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        ax.set_title(title, fontsize=10)
+        figs[f"depth_{phase}"] = {
+            "id": fid, "title": title, "file": _save(fig, out, fid),
+            "caption": "Each step and each rung over the floor at every depth: the geometric "
+                       "mean of paired rounds with its interval (the anytime-valid design's). "
+                       "Dashed: 1x, where an advantage ends."}
+    return figs
+
+
 # the figures of each experiment that runs its own tool (its key in the serving section; one
 # without a figure has no entry): (doc, its value, out dir) -> {name: figure}
 FIGURES = {"concurrency": concurrency_figures, "prefix_cache": prefix_cache_figures,
-           "load": load_figures}
+           "load": load_figures, "depth": depth_figures}

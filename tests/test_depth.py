@@ -1,0 +1,224 @@
+"""Long context (issue 58): the timed request checked against the server's own timings (real
+replies, tests/fixtures/depth/replies.json), a cell of several points looked at point by point
+by the anytime-valid design (a synthetic experiment, no process), and the crossover read from
+the calls along the depths."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import measure_block
+from ladder.analysis import depth_view
+from ladder.core.errors import LadderError
+from ladder.measuring import depth, harness
+from ladder.planning import protocol, sequential
+
+FIXTURES = Path(__file__).parent / "fixtures" / "depth"
+
+
+def _replies():
+    return json.loads((FIXTURES / "replies.json").read_text())
+
+
+def test_a_timed_request_is_the_prompt_after_the_restored_context():
+    """A server started with --swa-full reuses the restored 1024 tokens and computes only the
+    32-token prompt: the samples are the server's own prompt and decode rates."""
+    got = _replies()["with_swa_full"]
+    pp, tg, timings = depth.timed_sample(got, 1024, 32, 16, "native_repack at depth 1024")
+    t = got["timings"]
+    assert pp == pytest.approx(32_000 / t["prompt_ms"]) and tg == pytest.approx(16_000 / t["predicted_ms"])
+    assert timings["cache_n"] == 1024 and timings["prompt_n"] == 32
+
+
+def test_a_context_the_server_did_not_reuse_is_a_named_failure_not_a_sample():
+    """Without --swa-full the same server discards the restored cache of a sliding-window model
+    and processes all 1056 tokens (a real reply): timing that as "32 tokens after 1024" would be
+    a wrong number, so it is refused, naming what differed."""
+    with pytest.raises(LadderError, match=r"cache_n 0 \(expected 1024\), prompt_n 1056 "
+                                          r"\(expected 32\)"):
+        depth.timed_sample(_replies()["without_swa_full"], 1024, 32, 16, "native_repack")
+
+
+def test_the_points_and_the_context_size():
+    cfg = {"depths": [512, 0, 256], "n_prompt": 32, "n_gen": 16, "context_seed": 0}
+    assert [p["point"] for p in depth.points(cfg)] == [
+        "pp32@d0", "tg16@d0", "pp32@d256", "tg16@d256", "pp32@d512", "tg16@d512"]
+    assert depth.ctx_for(cfg) == 512 + 32 + 16 + 16
+    toks = depth.context_tokens(cfg)
+    assert len(toks) == 512 and toks == depth.context_tokens(dict(cfg))  # seeded: reusable
+    assert toks != depth.context_tokens({**cfg, "context_seed": 1})
+
+
+def test_a_depth_beyond_the_model_is_refused_by_name():
+    cfg = {"depths": [0, 40000], "n_prompt": 32, "n_gen": 16}
+    with pytest.raises(depth.BeyondModel, match=r"serving\.depth\.depths.*40000.*32768"):
+        depth.check(cfg, {"n_ctx_train": 32768})
+    depth.check({**cfg, "depths": [0, 1024]}, {"n_ctx_train": 32768})
+
+
+def test_a_saved_context_is_named_by_what_it_depends_on(tmp_path):
+    (tmp_path / "b1").mkdir()
+    (tmp_path / "b1" / "llama-server").write_text("x")
+    model = {"sha256": "abc", "path": str(tmp_path / "m.gguf")}
+    cfg = {"depths": [0, 256], "n_prompt": 32, "n_gen": 16, "context_seed": 0}
+    key = depth.context_key(str(tmp_path / "b1"), model, ["--swa-full"], cfg)
+    assert key == depth.context_key(str(tmp_path / "b1"), model, ["--swa-full"], dict(cfg))
+    assert key != depth.context_key(str(tmp_path / "b1"), model, [], cfg)  # another cache
+    assert key != depth.context_key(str(tmp_path / "b1"), {**model, "sha256": "x"}, ["--swa-full"],
+                                    cfg)
+    assert key != depth.context_key(str(tmp_path / "b1"), model, ["--swa-full"],
+                                    {**cfg, "context_seed": 1})
+    # another prompt after the same context reuses it (the context's size is what counts)
+    assert key == depth.context_key(str(tmp_path / "b1"), model, ["--swa-full"],
+                                    {**cfg, "n_prompt": 16, "n_gen": 32})
+
+
+# --- a cell of several points, looked at point by point ------------------------------------------
+@dataclass
+class Depths(harness.Experiment):
+    """Each process gives one sample per point: the rung's speed at that point times a seeded
+    log-normal noise of SD ``sd`` (no process runs)."""
+
+    name: str
+    speed: dict  # (rung, point) -> tokens/s
+    phases: dict  # point -> phase
+    sd: float = 0.02
+    ran: list = field(default_factory=list)
+
+    def process(self, cell, policy, at):
+        self.ran.append((at.name, at.rnd))
+        out = []
+        for point, phase in self.phases.items():
+            rng = np.random.default_rng(zlib.crc32(f"{at.name}/{point}/{at.rnd}".encode()))
+            out.append({"point": point, "phase": phase, "tokens_per_s":
+                        self.speed[(at.name, point)] * float(np.exp(self.sd * rng.standard_normal()))})
+        return harness.Outcome({"samples": out}, {"foreign_cpu_share": 0.0, "steal_share": 0.0,
+                                                  "ncpu": 2}, None, note="ok")
+
+
+def _cell(tmp_path, names=("floor", "native_repack", "control")):
+    rungs = []
+    for n in names:
+        prov = tmp_path / f"{n}.json"
+        prov.write_text(json.dumps({"status": "ok", "bin_dir": str(tmp_path), "build_key": n}))
+        rungs.append({"name": n, "provenance": str(prov), "runtime": {},
+                      "twin_of": "native_repack" if n == "control" else None})
+    return harness.open_cell("depth/q4_0/t2", rungs, str(tmp_path / "raw"), seed=7)
+
+
+def _policy(**seq):
+    block = {**{k: v for k, v in measure_block().items() if k in ("disturbance", "cpus")},
+             "rounds": 3, "timeout_s": 60, "warmup_rounds": 0, "repetitions": 1,
+             "round_statistic": "mean", "warmup": True, "seed": 7, "cpus": "none",
+             "sequential": {**measure_block()["sequential"], "enabled": True, "max": 12, **seq}}
+    return harness.policy_from(block, threads=1, phase=protocol.POINTS)
+
+
+def test_each_point_is_decided_on_its_own_at_its_phases_threshold(tmp_path):
+    """A 20x step at d0 is decided at the first look, and the same rungs 2 % apart at d1024
+    (decode: δ 3 %) are decided equivalent only later; the rungs run until the last point is
+    decided, and each decision is recorded under its point."""
+    phases = {"pp32@d0": "prefill", "tg16@d1024": "decode"}
+    speed = {("floor", "pp32@d0"): 1.0, ("native_repack", "pp32@d0"): 20.0,
+             ("control", "pp32@d0"): 20.0, ("floor", "tg16@d1024"): 10.0,
+             ("native_repack", "tg16@d1024"): 10.2, ("control", "tg16@d1024"): 10.2}
+    exp = Depths("depth/q4_0/t2", speed, phases, sd=0.005)
+    cell, policy = _cell(tmp_path), _policy()
+    assert policy.sequential["threshold"] is None
+    assert policy.sequential["thresholds"] == {"prefill": 0.05, "decode": 0.03}
+    harness.measure(exp, cell, policy)
+    d = cell.decided
+    shallow, deep = d["pp32@d0|step:floor:native_repack"], d["tg16@d1024|step:floor:native_repack"]
+    assert shallow["decision"] == "faster" and shallow["at"] == sequential.MIN_ROUNDS
+    assert deep["decision"] == "equivalent" and deep["at"] > shallow["at"]
+    assert cell.stopped == "decided"
+    assert {r for n, r in exp.ran if n == "floor"} == set(range(deep["at"]))
+    assert harness.cell_meta(cell, policy)["sequential"]["threshold"] is None
+    assert sequential.decided_at(d, "pp32@d0") == {k.split("|")[1]: v for k, v in d.items()
+                                                    if k.startswith("pp32@d0|")}
+
+
+def test_a_cell_of_one_workload_keeps_its_keys():
+    samples = [{"rung": "a", "tokens_per_s": 1.0}]
+    assert sequential.by_point(samples) == [(None, samples)]
+    assert sequential.point_key(None, "step:a:b") == "step:a:b"
+    assert sequential.decided_at({"step:a:b": 1, "p|step:a:b": 2}, None) == {"step:a:b": 1}
+    assert sequential.describe("pp32@d0|step:a:b") == "pp32@d0 a -> b"
+
+
+# --- the crossover ------------------------------------------------------------------------------
+def _series(*points):
+    return [{"depth": d, "estimate": e, "lo": e * 0.9, "hi": e * 1.1, "call": c}
+            for d, e, c in points]
+
+
+def test_an_advantage_that_ends_is_placed_between_two_measured_depths():
+    x = depth_view.crossover(_series((0, 3.0, "faster"), (1024, 1.5, "faster"),
+                                     (4096, 1.02, "inconclusive"), (8192, 0.8, "slower")))
+    assert (x["kind"], x["lo"], x["hi"]) == ("between", 1024, 8192)
+    # interpolated in log ratio between the last point above 1x and the next below it
+    la, lb = np.log(1.02), np.log(0.8)
+    assert x["estimate"] == pytest.approx(4096 + 4096 * la / (la - lb), abs=0.1)
+
+
+def test_an_advantage_that_holds_is_bounded_not_extrapolated():
+    x = depth_view.crossover(_series((0, 20.0, "faster"), (1024, 19.0, "faster")))
+    assert x["kind"] == "none below" and x["depth"] == 1024
+    assert "no crossover below d1024" in depth_view.sentence(
+        {"rung": "b", "base": "a", "phase": "prefill", "series": _series(
+            (0, 20.0, "faster"), (1024, 19.0, "faster")), "crossover": x})
+
+
+def test_what_the_calls_cannot_place_is_said():
+    assert depth_view.crossover(_series((0, 0.7, "slower"), (512, 0.6, "slower")))["kind"] \
+        == "from the start"
+    x = depth_view.crossover(_series((0, 1.02, "inconclusive"), (512, 0.7, "slower")))
+    assert x["kind"] == "not located" and x["slower_from"] == 512
+    x = depth_view.crossover(_series((0, 2.0, "faster"), (512, 1.01, "equivalent")))
+    assert x["kind"] == "not located" and "equivalent" in x["why"]
+
+
+# --- the report's view, on a real result ----------------------------------------------------------
+def test_a_real_depth_result_reaches_the_report(tmp_path):
+    """A real run's result (tests/fixtures/depth/result.json: the default depths on this
+    machine's x86 ladder): every point judged, each phase's curve with its crossover said in
+    words, the memory table, and the section validated and rendered (Markdown, HTML, figures)."""
+    from ladder.analysis import serving_view
+    from ladder.reporting import render
+
+    root = Path(__file__).parent / "fixtures"
+    report = json.loads((root / "report" / "ladder.json").read_text())
+    missing: list = []
+    value = serving_view.serving_section(
+        plan=report["plan"], stats_cfg=report["provenance"]["stats"], points=[],
+        point_files=[], missing=missing, server_files={"depth": [str(FIXTURES / "result.json")]})
+    assert not missing, missing
+    dp = value["depth"]
+    assert [p["point"] for p in dp["points"]] == [
+        f"{w}@d{d}" for d in (0, 256, 512, 1024) for w in ("pp32", "tg16")]
+    for phase in depth_view.PHASES:
+        (curve,) = dp["curves"][phase]  # one step on this ladder: floor -> native_repack
+        assert (curve["base"], curve["rung"]) == ("floor", "native_repack")
+        assert [p["depth"] for p in curve["series"]] == [0, 256, 512, 1024]
+        # measured: still called faster at 1024 in both phases (no inversion on this host)
+        assert curve["crossover"] == {**curve["crossover"], "kind": "none below", "depth": 1024}
+    assert any("no crossover below d1024" in s for s in dp["sentences"])
+    assert {(m["rung"], m["depth"]) for m in dp["memory"]} == {
+        (n, d) for n in ("floor", "native_repack", "control") for d in (0, 256, 512, 1024)}
+    assert all(m["restore_ms"] is None if m["depth"] == 0 else m["restore_ms"] < 50
+               for m in dp["memory"])
+    doc = {**report, "serving": {**(report.get("serving") or {}), "depth": dp}}
+    src = tmp_path / "ladder.json"
+    src.write_text(json.dumps(doc))
+    out = render.render_all(src, tmp_path / "out", workdir=tmp_path)
+    md, html = Path(out["md"]).read_text(), Path(out["html"]).read_text()
+    assert "### Long context: prefill and decode after a context of depth d" in md
+    assert dp["sentences"][0] in md
+    assert 'id="serving-depth"' in html
+    assert (tmp_path / "out" / "figures" / "serving_depth_prefill.png").is_file()

@@ -1,0 +1,305 @@
+"""Long context: a fixed prompt (prefill) and its decode after a context of depth d, per rung,
+every rung interleaved in rounds (``ladder.measuring.harness``), every depth judged by the
+ladder's rule; the report's view is ``ladder.analysis.depth_view``, its settings
+``serving.depth``.
+
+The context is computed once per rung and reused (issue 58): a rung's first round fills it with
+llama-server (one request of the context's tokens, no output) and saves the slot
+(``POST /slots/0?action=save``) at each depth, into a folder named by everything the saved state
+depends on (``context_key``: the build, the model, the server's arguments, the context size and
+tokens); every timed request afterwards restores the depth's state
+(``?action=restore``, a few ms) and sends the context's tokens followed by the round's prompt,
+so the server reuses the restored cache and computes only the prompt. The timed work is read
+from the server's own timings and checked to be exactly that: ``cache_n`` the depth, ``prompt_n``
+the prompt, ``predicted_n`` the tokens asked for; anything else is a named failure of the rung,
+never a sample. Peak RSS per depth is the server's VmHWM, reset before each depth
+(``/proc/<pid>/clear_refs``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ladder.core.errors import LadderError
+from ladder.core.io import atomic_write_json, atomic_write_text, read_json
+from ladder.core.machine import task_cpus
+from ladder.core.records import RungEntry
+from ladder.core.watch import Watch, process_cpu_s
+from ladder.measuring import harness, load_client
+from ladder.measuring.harness import Attempt, Cell, Outcome, Paths, Policy, cell_seed
+from ladder.measuring.llama_server import PortTaken, Server, llama_server
+
+FORMAT = "ladder-depth/1"
+METHOD = ("llama-server per rung and round on the cell's CPU set, one slot; the context (random "
+          "token IDs of a fixed seed) filled once per rung and saved with the slot API; before "
+          "each timed request the depth's slot state is restored and the context's tokens "
+          "followed by the round's prompt are sent (cache_prompt), so the server computes only "
+          "the prompt; prefill = prompt_n / prompt_ms and decode = predicted_n / predicted_ms "
+          "from the server's timings, checked to be the prompt after exactly d cached tokens")
+
+
+def points(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every (depth, phase) point of the experiment, in depth order: its name, depth, phase and
+    the workload it times."""
+    out = []
+    for d in sorted({int(x) for x in cfg["depths"]}):
+        out.append({"point": f"pp{cfg['n_prompt']}@d{d}", "depth": d, "phase": "prefill",
+                    "n_prompt": int(cfg["n_prompt"]), "n_gen": 0})
+        out.append({"point": f"tg{cfg['n_gen']}@d{d}", "depth": d, "phase": "decode",
+                    "n_prompt": 0, "n_gen": int(cfg["n_gen"])})
+    return out
+
+
+def ctx_for(cfg: Mapping[str, Any]) -> int:
+    """-c of the one slot: the deepest context, the prompt, its output, and a margin."""
+    return max(int(d) for d in cfg["depths"]) + int(cfg["n_prompt"]) + int(cfg["n_gen"]) + 16
+
+
+def context_tokens(cfg: Mapping[str, Any]) -> list[int]:
+    """The context every depth is a prefix of: random token IDs of ``context_seed`` (the cost of
+    attention does not depend on what the tokens say)."""
+    rng = random.Random(f"ladder-depth-context/{int(cfg['context_seed'])}")
+    return load_client.prompt_ids(rng, max(int(d) for d in cfg["depths"]))
+
+
+def server_argv(rung: Mapping[str, Any], cfg: Mapping[str, Any]) -> list[str]:
+    return [*rung["common_argv"], *cfg.get("server_args", [])]
+
+
+def context_key(binary_dir: str, model: Mapping[str, Any], argv: Sequence[str],
+                cfg: Mapping[str, Any]) -> str:
+    """What a rung's saved contexts depend on, hashed: its build (the folder its binaries are in,
+    named by the build's own key), the model file, the server's arguments, the context size and
+    the context's seed. The depth is the file's name inside the folder."""
+    build = Path(binary_dir).resolve()
+    ident = {"build": str(build), "llama_server": _stat(build / "llama-server"),
+             "model": model.get("sha256") or str(model["path"]),
+             "model_file": _stat(Path(model["path"])), "argv": list(argv), "ctx": ctx_for(cfg),
+             "context_seed": int(cfg["context_seed"]), "format": FORMAT}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _stat(p: Path) -> list[int] | None:
+    try:
+        st = p.stat()
+    except OSError:
+        return None
+    return [st.st_size, int(st.st_mtime)]
+
+
+def timed_sample(reply: Mapping[str, Any], depth: int, n_prompt: int, n_gen: int,
+                 where: str) -> tuple[float, float, dict[str, Any]]:
+    """Prefill and decode tokens/s of one timed request, from the server's timings, after
+    checking the work was exactly the prompt after ``depth`` cached tokens and ``n_gen`` tokens
+    out (a LadderError naming what differed otherwise); and the timings kept."""
+    t = reply.get("timings") or {}
+    got = {k: t.get(k) for k in ("cache_n", "prompt_n", "prompt_ms", "predicted_n",
+                                 "predicted_ms")}
+    want = {"cache_n": depth, "prompt_n": n_prompt, "predicted_n": n_gen}
+    wrong = {k: (got[k], v) for k, v in want.items() if got[k] != v}
+    if wrong:
+        raise LadderError(f"{where}: the timed request was not the prompt after the context: "
+                          + ", ".join(f"{k} {g} (expected {w})" for k, (g, w) in wrong.items())
+                          + " (the slot state was not reused as restored)")
+    if not (got["prompt_ms"] and got["predicted_ms"]):
+        raise LadderError(f"{where}: the server's timings have no prompt_ms/predicted_ms: {t}")
+    return (1000.0 * n_prompt / float(got["prompt_ms"]),
+            1000.0 * n_gen / float(got["predicted_ms"]), got)
+
+
+def reset_peak_rss(pid: int) -> bool:
+    """Reset the process's peak RSS (VmHWM) so that the next reading is this depth's."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def peak_rss_kib(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+@dataclass
+class Depth(harness.ModelExperiment):
+    """Per round and rung: one server, every depth in a seeded order, one timed request each
+    after restoring the depth's saved context (filled on the rung's first round)."""
+
+    contexts: Path
+    fills: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def process(self, cell: Cell, policy: Policy, at: Attempt) -> Outcome:
+        cfg = self.cfg
+        argv = server_argv(at.rung, cfg)
+        key = context_key(cell.bins[at.name], self.model, argv, cfg)
+        folder = self.contexts / key
+        folder.mkdir(parents=True, exist_ok=True)
+        log = f"{at.stem}.server.log"
+        watch, cpu_s, seen = Watch(), 0.0, None
+        kept: dict[str, Any] = {"context_key": key, "requests": []}
+        samples: list[dict[str, Any]] = []
+        try:
+            with llama_server(cell.bins[at.name], self.model["path"], threads=self.threads,
+                              ctx=ctx_for(cfg), log=log, port=cfg.get("port"),
+                              env=at.rung["env"], slots=1, cpus=policy.cpu_list,
+                              args=[*argv, "--slot-save-path", str(folder)],
+                              ready_timeout_s=cfg["ready_timeout_s"]) as srv:
+                check(cfg, model_meta(srv, policy.timeout_s))
+                fill = self.fill(srv, folder, at.name, policy.timeout_s)
+                if fill:
+                    kept["fill"] = fill
+                seen = sorted({c for cs in task_cpus(srv.pid).values() for c in cs}) or None
+                samples = self.timed(srv, cell_seed(cell.seed, f"depth/{at.rnd}"), at,
+                                     policy.timeout_s, kept)
+                cpu_s = process_cpu_s(srv.pid)
+        except (PortTaken, BeyondModel):
+            raise
+        except LadderError as exc:
+            atomic_write_text(f"{at.stem}.json", json.dumps(kept, indent=1))
+            return Outcome({}, watch.share(cpu_s), seen, str(exc), raw=log)
+        atomic_write_text(f"{at.stem}.json", json.dumps(kept, indent=1))
+        return Outcome({"samples": samples}, watch.share(cpu_s), seen, raw=log,
+                       note=", ".join(f"{s['point']} {s['tokens_per_s']:.1f} t/s"
+                                      for s in samples if s["depth"] == max(
+                                          int(d) for d in cfg["depths"])))
+
+    def fill(self, srv: Server, folder: Path, name: str, timeout_s: float
+             ) -> dict[str, Any] | None:
+        """Save every depth's context this rung has not saved yet, each extending the deepest
+        one saved below it (so a depth series costs one fill of its deepest context). Kept once
+        per folder: later rounds, runs and rungs of the same build only restore."""
+        depths = sorted({int(d) for d in self.cfg["depths"] if int(d) > 0})
+        missing = [d for d in depths if not (folder / f"d{d}.bin").is_file()]
+        if not missing:
+            return None
+        tokens = context_tokens(self.cfg)
+        done: dict[str, Any] = {"depths": missing, "prompt_ms": {}, "save_ms": {}}
+        t0 = time.monotonic()
+        for d in missing:
+            below = [b for b in depths if b < d and (folder / f"d{b}.bin").is_file()]
+            _slot(srv, "erase", None, timeout_s)
+            if below:
+                _slot(srv, "restore", f"d{below[-1]}.bin", timeout_s)
+            reply, _ = srv.post("/completion", {"prompt": tokens[:d], "n_predict": 0,
+                                                "cache_prompt": True}, timeout_s)
+            t = reply.get("timings") or {}
+            done["prompt_ms"][str(d)] = t.get("prompt_ms")
+            part = f"d{d}.part.bin"
+            saved = _slot(srv, "save", part, timeout_s)
+            if int(saved.get("n_saved") or 0) != d:
+                raise LadderError(f"{name}: saving the context at depth {d} saved "
+                                  f"{saved.get('n_saved')} tokens (log: {srv.log})")
+            os.replace(folder / part, folder / f"d{d}.bin")  # whole files only
+            done["save_ms"][str(d)] = (saved.get("timings") or {}).get("save_ms")
+        done["wall_s"] = round(time.monotonic() - t0, 3)
+        self.fills[name] = done
+        return done
+
+    def timed(self, srv: Server, seed: int, at: Attempt, timeout_s: float,
+              kept: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every depth once, in this round's seeded order: restore, one request, two samples
+        (its prefill and its decode), the depth's peak RSS."""
+        cfg = self.cfg
+        tokens = context_tokens(cfg)
+        n_prompt, n_gen = int(cfg["n_prompt"]), int(cfg["n_gen"])
+        rng = random.Random(seed)
+        prompt = load_client.prompt_ids(rng, n_prompt)
+        depths = sorted({int(d) for d in cfg["depths"]})
+        order = list(depths)
+        rng.shuffle(order)
+        out = []
+        for pos, d in enumerate(order):
+            _slot(srv, "erase", None, timeout_s)
+            reset = reset_peak_rss(srv.pid)
+            restore_ms = None
+            if d > 0:
+                got = _slot(srv, "restore", f"d{d}.bin", timeout_s)
+                if int(got.get("n_restored") or 0) != d:
+                    raise LadderError(f"{at.name}: restoring depth {d} gave "
+                                      f"{got.get('n_restored')} tokens (log: {srv.log})")
+                restore_ms = (got.get("timings") or {}).get("restore_ms")
+            reply, wall_ms = srv.post("/completion", {
+                "prompt": tokens[:d] + prompt, "n_predict": n_gen, "cache_prompt": True,
+                "ignore_eos": True, "temperature": 0, "seed": seed}, timeout_s)
+            pp, tg, timings = timed_sample(reply, d, n_prompt, n_gen,
+                                           f"{at.name} at depth {d}")
+            rss = peak_rss_kib(srv.pid) if reset else None
+            kept["requests"].append({"depth": d, "position": pos, "wall_ms": round(wall_ms, 3),
+                                     "restore_ms": restore_ms, "timings": reply.get("timings")})
+            common = {"depth": d, "depth_position": pos, "restore_ms": restore_ms,
+                      "peak_rss_kib": rss, "n_threads": self.threads, **timings}
+            out.append({**common, "point": f"pp{n_prompt}@d{d}", "phase": "prefill",
+                        "n_prompt": n_prompt, "n_gen": 0, "tokens_per_s": pp})
+            out.append({**common, "point": f"tg{n_gen}@d{d}", "phase": "decode",
+                        "n_prompt": 0, "n_gen": n_gen, "tokens_per_s": tg})
+        return out
+
+
+def model_meta(srv: Server, timeout_s: float) -> dict[str, Any]:
+    """The server's model facts (/v1/models: n_ctx_train, n_params, ...)."""
+    req = urllib.request.Request(srv.url + "/v1/models")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            data = json.loads(resp.read())
+    except (OSError, ValueError) as exc:
+        raise LadderError(f"llama-server /v1/models failed: {exc} (log: {srv.log})") from exc
+    return dict(((data.get("data") or [{}])[0]).get("meta") or {})
+
+
+def _slot(srv: Server, action: str, filename: str | None, timeout_s: float
+          ) -> dict[str, Any]:
+    reply, _ = srv.post(f"/slots/0?action={action}",
+                        {"filename": filename} if filename else {}, timeout_s)
+    if "error" in reply:
+        raise LadderError(f"llama-server slot {action} {filename or ''} failed: "
+                          f"{reply['error']} (log: {srv.log})")
+    return reply
+
+
+class BeyondModel(LadderError):
+    """A depth series the model cannot hold: the configuration's fault, never a rung's."""
+
+
+def check(cfg: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
+    """Refuse, by name, a depth series the model cannot hold (``meta``: the server's
+    /v1/models entry, whose ``n_ctx_train`` is the model's trained context)."""
+    need, n_ctx_train = ctx_for(cfg), (meta or {}).get("n_ctx_train")
+    if n_ctx_train and need > int(n_ctx_train):
+        raise BeyondModel(f"serving.depth.depths: the deepest context ({max(cfg['depths'])}) "
+                          f"plus the prompt and output needs {need} tokens, beyond the model's "
+                          f"trained context length {n_ctx_train}")
+
+
+def measure_depth(rungs: Sequence[RungEntry], block: Mapping[str, Any],
+                  settings: Mapping[str, Any], paths: Paths, threads: int,
+                  own_cpus: int | None = None) -> dict[str, Any]:
+    """Every rung at every depth (``Depth``), rungs interleaved by the harness, each point
+    (depth, phase) looked at by the anytime-valid design on its own."""
+    cfg = settings["depth"]
+    model = read_json(paths.model_meta)
+    exp = Depth(name=f"depth/{model['quant']}/t{threads}", model=model, cfg=cfg,
+                threads=threads, contexts=Path(settings["keeps"]))
+    cell, _, meta = harness.run_cell(exp, rungs, block, paths, (threads, "points", own_cpus))
+    if not cell.samples:
+        raise harness.nothing_measured("serving depth: no rung's llama-server measured a depth",
+                                       cell)
+    doc = {"format": FORMAT, **meta, "experiment": "depth", "quant": model["quant"].lower(),
+           "workload": "depth", "threads": threads, "spec": dict(cfg), "ctx": ctx_for(cfg),
+           "points": points(cfg), "fills": exp.fills, "samples": cell.samples,
+           "method": METHOD}
+    atomic_write_json(paths.out_json, doc)
+    return doc
