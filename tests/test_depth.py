@@ -213,6 +213,19 @@ def test_a_real_depth_result_reaches_the_report(tmp_path):
         (n, d) for n in ("floor", "native_repack", "control") for d in (0, 256, 512, 1024)}
     assert all(m["restore_ms"] is None if m["depth"] == 0 else m["restore_ms"] < 50
                for m in dp["memory"])
+    # the levers on native_repack, each against the server's default at d0 and d1024: in this
+    # run flash attention off was decided faster at d1024 (prefill) and its effect grew with
+    # depth; KV q8_0 shrank prefill at depth; decode changes were not decided within the budget
+    (lv,) = dp["levers"]
+    assert lv["settings"] == ["native_repack+default", "native_repack+fa_off",
+                              "native_repack+kv_q8_0"] and lv["depths"] == [0, 1024]
+    calls = {(c["setting"].split("+")[1], c["phase"]): c["call"] for c in lv["changes"]}
+    assert calls == {("fa_off", "prefill"): "grows", ("kv_q8_0", "prefill"): "shrinks",
+                     ("fa_off", "decode"): "cannot tell", ("kv_q8_0", "decode"): "cannot tell"}
+    assert "changes the curve: `native_repack+fa_off` (prefill)" in lv["sentence"]
+    deep = next(p for p in lv["points"] if p["point"] == "pp32@d1024")
+    assert {c["rung"]: c["verdict"]["call"] for c in deep["cell"]["vs_floor"]} == {
+        "native_repack+fa_off": "faster", "native_repack+kv_q8_0": "slower"}
     doc = {**report, "serving": {**(report.get("serving") or {}), "depth": dp}}
     src = tmp_path / "ladder.json"
     src.write_text(json.dumps(doc))
@@ -220,5 +233,38 @@ def test_a_real_depth_result_reaches_the_report(tmp_path):
     md, html = Path(out["md"]).read_text(), Path(out["html"]).read_text()
     assert "### Long context: prefill and decode after a context of depth d" in md
     assert dp["sentences"][0] in md
-    assert 'id="serving-depth"' in html
+    assert 'id="serving-depth"' in html and lv["sentence"] in md
     assert (tmp_path / "out" / "figures" / "serving_depth_prefill.png").is_file()
+
+
+def test_a_lever_changes_the_curve_only_when_its_effect_at_depth_differs():
+    """Per round, the setting's log ratio against the baseline at the deepest depth minus the
+    same at the shallowest, on the design's repeated interval: a setting 30 % faster only at
+    depth "grows"; one 30 % faster at both depths is "unchanged" (it is a lever, but not of
+    the curve); three rounds of noise cannot tell a 4 % change."""
+    pts = [{"point": "pp32@d0", "depth": 0, "phase": "prefill"},
+           {"point": "pp32@d1024", "depth": 1024, "phase": "prefill"}]
+    rng = np.random.default_rng(3)
+
+    def samples(shallow, deep, rounds=8, sd=0.01):
+        out = []
+        for r in range(rounds):
+            for point, gain in (("pp32@d0", shallow), ("pp32@d1024", deep)):
+                for rung, g in (("base", 1.0), ("set", gain)):
+                    out.append({"round": r, "point": point, "rung": rung,
+                                "tokens_per_s": 100 * g * float(np.exp(sd * rng.standard_normal()))})
+        return out
+
+    def call(*args, **kw):
+        return depth_view.curve_change(samples(*args, **kw), "base", "set", pts, "prefill",
+                                       12, 0.05, 1.0, 0.05)
+
+    grows = call(1.0, 1.3)
+    assert grows["call"] == "grows" and grows["estimate"] == pytest.approx(1.3, rel=0.03)
+    assert call(1.3, 1.3)["call"] == "unchanged"
+    assert call(1.0, 0.7)["call"] == "shrinks"
+    assert call(1.0, 1.04, rounds=3, sd=0.05)["call"] == "cannot tell"
+    assert depth_view.curve_change([], "base", "set", pts, "prefill", 12, 0.05, 1.0,
+                                   0.05)["call"] == "cannot tell"
+    assert depth_view.curve_change([], "base", "set", pts[:1], "prefill", 12, 0.05, 1.0,
+                                   0.05) is None

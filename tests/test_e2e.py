@@ -865,6 +865,38 @@ def test_prefix_cache_ttft_from_server_timings(report, run_dir):
     assert "### Prefix cache: time to first token" in md and pc["levers"] in md
 
 
+def test_long_context_restores_a_context_filled_once(report, run_dir):
+    """Issue 58: every rung's prompt and decode after contexts of 0, 32 and 64 tokens; every
+    timed request was the prompt after exactly d cached tokens (the server's own counts), each
+    context was filled at most once per build (later rounds restore it), and the report says
+    each curve's crossover in words."""
+    dp = report["serving"]["depth"]
+    assert [p["point"] for p in dp["points"]] == [
+        f"{w}@d{d}" for d in (0, 32, 64) for w in ("pp8", "tg4")]
+    where = run_dir / HOST / "serving" / "depth" / "gemma3-270m"
+    raw = json.loads((where / "t2.json").read_text())
+    assert {s["rung"] for s in raw["samples"]} >= {"floor", "native_repack", "control"}
+    for s in raw["samples"]:
+        assert (s["cache_n"], s["prompt_n"], s["predicted_n"]) == (s["depth"], 8, 4), s
+        assert (s["restore_ms"] is None) == (s["depth"] == 0)
+    filled: dict = {}
+    for f in sorted((where / "t2.raw").glob("round*.json")):
+        kept = json.loads(f.read_text())
+        if kept.get("fill"):
+            filled.setdefault(kept["context_key"], []).append(f.name)
+        assert (shared_resources() / "contexts" / kept["context_key"] / "d64.bin").is_file()
+    assert all(len(v) == 1 for v in filled.values()), filled  # once, then restored
+    for phase in ("prefill", "decode"):
+        assert {c["crossover"]["kind"] for c in dp["curves"][phase]} <= {
+            "between", "none below", "from the start", "not located"}
+        assert any(c["rung"] == "native_repack" for c in dp["curves"][phase])
+    md = (run_dir / HOST / "report" / "ladder.md").read_text()
+    assert "### Long context: prefill and decode after a context of depth d" in md
+    assert all(s in md for s in dp["sentences"])
+    if has_amx():  # the AMX server dies in its first prefill: recorded, not hidden
+        assert dp["rung_status"]["amx"]["status"] in ("failed", "crashed")
+
+
 def test_concurrency_sweep(report):
     cc = report["serving"]["concurrency"]
     assert [p["parallel"] for p in cc["points"]] == [1, 2]

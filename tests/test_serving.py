@@ -216,3 +216,29 @@ def test_a_dispatch_toggle_is_a_job_of_its_own(default_config):
     assert "toggles" not in plan.dispatch_unit("kleidiai")
     with pytest.raises(LadderError, match="dispatch: 'control' is neither"):
         plan.dispatch_unit("control")
+
+
+def test_the_depth_levers_are_settings_of_each_lever_rungs_server(default_config):
+    """Issue 58, item 4: on each lever rung, the depth experiment's lever settings are that
+    rung's binary under extra llama-server arguments (named <rung>+<setting>), with the first
+    setting under a second label for the lever cell's own noise floor; each lever rung is a
+    cell of the run's measuring budget."""
+    plan = _plan(default_config, "aarch64")
+    rungs = plan.server_levers("depth", lambda key: f"b/{key}.json")
+    assert [r["name"] for r in rungs] == [
+        f"{base}+{s}" for base in ("native_repack", "kleidiai")
+        for s in ("default", "fa_off", "kv_q8_0", "default_twin")]
+    kv = next(r for r in rungs if r["name"] == "kleidiai+kv_q8_0")
+    assert kv["common_argv"][-4:] == ["-ctk", "q8_0", "-ctv", "q8_0"]
+    assert kv["build_key"] == plan.build_keys["kleidiai"] and kv["variant_of"] == "kleidiai"
+    assert kv["lever"] == {"base": "kleidiai", "setting": "kv_q8_0",
+                           "baseline": "kleidiai+default"}
+    twin = next(r for r in rungs if r["name"] == "kleidiai+default_twin")
+    assert twin["twin_of"] == "kleidiai+default" and twin["lever"]["setting"] is None
+    assert plan.server_cells("depth") == 3  # the ladder's cell and one per lever rung
+    default_config["serving"]["depth"]["levers"] = {"enabled": False}
+    off = _plan(default_config, "aarch64")
+    assert off.server_levers("depth", str) == [] and off.server_cells("depth") == 1
+    default_config["serving"]["depth"]["enabled"] = False
+    assert _plan(default_config, "aarch64").server_cells("depth") == 0
+    assert plan.server_levers("load", str) == []  # an experiment without levers

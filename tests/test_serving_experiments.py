@@ -208,10 +208,35 @@ def test_the_adapter_passes_the_declared_inputs_by_name(tmp_path, monkeypatch):
     log = tmp_path / "serve.log"
     fake = types.SimpleNamespace(
         scriptdir=str(ROOT / "scripts"), rule="serve", threads=2, log=[str(log)],
-        params=_Named(measure="toy_module:run", rungs=["floor"], policy={}, settings={"toy": {}}),
+        params=_Named(measure="toy_module:run", rungs=["floor"], policy={}, settings={"toy": {}},
+                      levers=[], budgeted=False),
         input=_Named(model="m.json", builds=["b.json"], corpus="corpus.txt"),
         output=_Named(json=str(tmp_path / "o.json"), raw=str(tmp_path / "o.raw")),
         wildcards=_Named(host="local", experiment="toy", model="m", threads="2"))
     runpy.run_path(str(ROOT / "scripts" / "serve.py"), init_globals={"snakemake": fake})
     assert seen["corpus"] == "corpus.txt" and seen["threads"] == 2 and seen["own_cpus"] == 2
     assert seen["paths"].model_meta == "m.json" and seen["paths"].out_json.endswith("o.json")
+
+
+def test_the_adapter_passes_levers_and_the_budget_where_declared(tmp_path, monkeypatch):
+    """An experiment whose block has lever settings gets them (``levers``), and one that
+    shares the run's measuring budget (x-serving budgeted) gets the job's share of it."""
+    seen = {}
+    toy_module = types.ModuleType("ladder.measuring.toy_levers")
+
+    def run(rungs, block, settings, paths, threads, own_cpus=None, *, levers, budget):
+        seen.update(levers=levers, budget=budget)
+
+    toy_module.run = run  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "ladder.measuring.toy_levers", toy_module)
+    fake = types.SimpleNamespace(
+        scriptdir=str(ROOT / "scripts"), rule="serve", threads=2, log=[str(tmp_path / "l")],
+        params=_Named(measure="toy_levers:run", rungs=["floor"], policy={}, settings={},
+                      levers=[{"name": "r+a"}], budgeted=True),
+        input=_Named(model="m.json", builds=["b.json"]),
+        output=_Named(json=str(tmp_path / "o.json"), raw=str(tmp_path / "o.raw")),
+        resources=_Named(budget_s=600, budget_cells=4),
+        wildcards=_Named(host="local", experiment="toy", model="m", threads="2"))
+    runpy.run_path(str(ROOT / "scripts" / "serve.py"), init_globals={"snakemake": fake})
+    assert seen["levers"] == [{"name": "r+a"}]
+    assert (seen["budget"].host, seen["budget"].budget_s, seen["budget"].cells) == ("local", 600, 4)

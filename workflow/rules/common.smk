@@ -377,6 +377,11 @@ def rung_params(wildcards):
     return host_plan(wildcards.host).rung_entries(provenance)
 
 
+def server_levers(wildcards):
+    """A serve job's lever settings on each lever rung (its block's levers; [] for none)."""
+    return host_plan(wildcards.host).server_levers(wildcards.experiment, provenance)
+
+
 def grid_params(wildcards):
     """A reconciliation cell's entries: every applicable rung at every reconcile.threads count."""
     return host_plan(wildcards.host).grid_entries(provenance)
@@ -643,10 +648,19 @@ def bench_budget_s(wildcards):
 
 
 def bench_budget_cells(wildcards):
-    """How many measuring jobs the host's budget is shared by: its bench cells and its
-    llama-bench serving points (the levers, context, toggle)."""
+    """How many measuring cells the host's budget is shared by: its bench cells, its
+    llama-bench serving points (the levers, context, toggle) and the cells of the serving
+    experiments that share it (x-serving budgeted: depth)."""
     plan = host_plan(wildcards.host)
-    return len(plan.cells()) + len(plan.reconcile_cells()) + len(plan.serving_points())
+    served = sum(
+        plan.server_cells(key) for key, e in SERVER_EXPERIMENTS.items() if e.budgeted
+    )
+    return (
+        len(plan.cells())
+        + len(plan.reconcile_cells())
+        + len(plan.serving_points())
+        + served
+    )
 
 
 def hotspot_threads(wildcards):

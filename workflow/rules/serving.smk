@@ -42,8 +42,12 @@ rule serve:
     threads: host_threads
     resources:
         **host_resources(mem_mb=6000, runtime=120),
+        budget_s=bench_budget_s,
+        budget_cells=bench_budget_cells,
     params:
         rungs=rung_params,
+        levers=server_levers,
+        budgeted=lambda wc: SERVER_EXPERIMENTS[wc.experiment].budgeted,
         measure=lambda wc: SERVER_EXPERIMENTS[wc.experiment].measure,
         settings=server_settings,
         policy=serving_policy,

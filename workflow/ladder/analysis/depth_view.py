@@ -10,7 +10,7 @@ import statistics
 from typing import Any, Mapping, Sequence
 
 from ladder.analysis import stats, wording
-from ladder.planning import sequential
+from ladder.planning import protocol, sequential
 
 PHASES = ("prefill", "decode")
 
@@ -45,7 +45,98 @@ def summarize_depth(doc: Mapping[str, Any], plan: Mapping[str, Any],
     return {"experiment": "depth", "threads": doc["threads"], "points": pts,
             "rung_status": doc["rungs"], "method": doc["method"], "spec": doc["spec"],
             "memory": memory(doc["samples"]), "fills": doc.get("fills") or {},
-            "curves": {}, "sentences": []}
+            "curves": {}, "sentences": [],
+            "levers": [summarize_levers(doc, lv, stats_cfg) for lv in doc.get("levers") or []
+                       if lv.get("samples")]}
+
+
+def summarize_levers(doc: Mapping[str, Any], lv: Mapping[str, Any],
+                     stats_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """One lever rung's settings: each judged against the baseline at every lever point (its
+    own noise floor: the baseline's second label), and whether it changes the curve
+    (``curve_change``) per phase."""
+    sub = {**doc, **lv}
+    pts = []
+    for p in lv["points"]:
+        one = point_doc(sub, p)
+        if one["samples"]:
+            pts.append({**{k: p[k] for k in ("point", "depth", "phase")},
+                        "cell": stats.summarize(one, lv["settings"], lv.get("control"),
+                                                lv["baseline"], stats_cfg)})
+    seq = lv.get("sequential") or {}
+    factor = stats.cell_factor(sub, stats_cfg)
+    changes = [curve_change(lv["samples"], lv["baseline"], setting, lv["points"], phase,
+                            int(seq.get("max") or 0), 1 - float(stats_cfg["confidence"]),
+                            factor, protocol.threshold_for(stats_cfg.get("threshold"), phase))
+               for setting in lv["settings"][1:] for phase in PHASES]
+    return {"base": lv["base"], "baseline": lv["baseline"], "settings": lv["settings"],
+            "depths": lv["depths"], "points": pts, "rung_status": lv["rungs"],
+            "changes": [c for c in changes if c], "memory": memory(lv["samples"])}
+
+
+def curve_change(samples: Sequence[Mapping[str, Any]], baseline: str, setting: str,
+                 pts: Sequence[Mapping[str, Any]], phase: str, n_max: int, alpha: float,
+                 factor: float, threshold: float) -> dict[str, Any] | None:
+    """Whether a lever setting changes the depth curve: per round, its log ratio against the
+    baseline at the deepest lever depth minus the same at the shallowest (both measured in that
+    round, in one server each), judged on the anytime-valid design's repeated interval (valid
+    at the round the cell stopped) against ±δ: "grows"/"shrinks" (its effect at depth differs
+    by at least δ), "unchanged" (within ±δ), or "cannot tell"."""
+    mine = sorted((p for p in pts if p["phase"] == phase), key=lambda p: p["depth"])
+    if len(mine) < 2:
+        return None
+    shallow, deep = mine[0], mine[-1]
+    clean = [s for s in samples if not s.get("warmup") and not s.get("disturbed")]
+
+    def per_round(point: str) -> dict[int, float]:
+        got = {}
+        for r in {int(s["round"]) for s in clean}:
+            a = [s["tokens_per_s"] for s in clean if s["round"] == r and s["point"] == point
+                 and s["rung"] == baseline]
+            b = [s["tokens_per_s"] for s in clean if s["round"] == r and s["point"] == point
+                 and s["rung"] == setting]
+            if a and b and a[0] > 0 and b[0] > 0:
+                got[r] = math.log(b[0] / a[0])
+        return got
+
+    lo_r, hi_r = per_round(str(shallow["point"])), per_round(str(deep["point"]))
+    diffs = [hi_r[r] - lo_r[r] for r in sorted(set(lo_r) & set(hi_r))]
+    out: dict[str, Any] = {"setting": setting, "phase": phase, "rounds": len(diffs),
+                           "shallow": shallow["depth"], "deep": deep["depth"],
+                           "threshold": threshold}
+    got = (sequential.repeated_interval(diffs, max(n_max, len(diffs)), alpha, factor)
+           if len(diffs) >= sequential.MIN_ROUNDS else None)
+    if got is None:
+        return {**out, "call": "cannot tell", "estimate": None, "lo": None, "hi": None,
+                "why": f"{len(diffs)} paired rounds (needs {sequential.MIN_ROUNDS})"}
+    m, lo, hi = got
+    d = sequential.decide(lo, hi, threshold)
+    call = {"faster": "grows", "slower": "shrinks", "equivalent": "unchanged"}.get(
+        d or "", "cannot tell")
+    return {**out, "call": call, "estimate": math.exp(m), "lo": math.exp(lo), "hi": math.exp(hi)}
+
+
+def lever_sentence(lv: Mapping[str, Any]) -> str:
+    """Which lever settings change the curve on their rung, or that none does (and what could
+    not be told)."""
+    changed = [c for c in lv["changes"] if c["call"] in ("grows", "shrinks")]
+    open_ = [c for c in lv["changes"] if c["call"] == "cannot tell"]
+
+    def one(c: Mapping[str, Any]) -> str:
+        rel = (f"{wording.fmt_ratio(c['estimate'])} (interval {wording.fmt_ratio(c['lo'])}-"
+               f"{wording.fmt_ratio(c['hi'])})" if c.get("estimate") else "-")
+        return (f"`{c['setting']}` ({c['phase']}): its effect at d{c['deep']} is {rel} its "
+                f"effect at d{c['shallow']}")
+
+    head = f"On `{lv['base']}`, against `{lv['baseline']}`: "
+    if changed:
+        text = head + "changes the curve: " + "; ".join(one(c) for c in changed) + "."
+    else:
+        text = head + ("no setting changes the curve by δ or more" if not open_ else
+                       "no setting is shown to change the curve") + "."
+    if open_:
+        text += " Not decided: " + "; ".join(one(c) for c in open_) + "."
+    return text
 
 
 def memory(samples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -152,7 +243,10 @@ def finish(view: dict[str, Any]) -> None:
     (read from the adjusted verdicts)."""
     view["curves"] = {ph: curves(view["points"], ph) for ph in PHASES}
     view["sentences"] = [sentence(c) for ph in PHASES for c in view["curves"][ph]]
+    for lv in view.get("levers") or []:
+        lv["sentence"] = lever_sentence(lv)
 
 
 def judged(view: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [p["cell"] for p in view["points"]]
+    return [p["cell"] for p in view["points"]] + [
+        p["cell"] for lv in view.get("levers") or [] for p in lv["points"]]

@@ -34,6 +34,9 @@ class RungEntry(TypedDict, total=False):
     variant_of: str  # a runtime variant of another rung's binary (a toggle, a lever)
     # an entry of a reconciliation cell: which rung at which thread count (``Plan.grid_entries``)
     reconcile: dict[str, Any]
+    # a lever setting of a serving experiment that runs its own tool (``Plan.server_levers``):
+    # its rung, its setting and the lever's baseline setting
+    lever: dict[str, Any]
 
 
 class RungStatus(TypedDict, total=False):

@@ -21,9 +21,8 @@ from ladder.core.machine import cpu_set
 from ladder.core.run import RunResult, run
 from ladder.core.records import CellDoc, RungEntry
 from ladder.measuring import harness
-from ladder.measuring.harness import Attempt, Cell, Outcome, Paths, Policy
+from ladder.measuring.harness import Attempt, Budget, Cell, Outcome, Paths, Policy
 from ladder.measuring.llama_bench import bench_argv
-from ladder.planning import budget as budgets
 from ladder.planning import protocol
 
 FORMAT = "ladder-samples/1"
@@ -135,16 +134,6 @@ class BenchCell(harness.Experiment):
             f"{policy.rep_rule['max']} repetitions)")
 
 
-@dataclass
-class Budget:
-    """The run's measuring budget as a job sees it: its host, the host's budget in seconds
-    (0: none) and the cells it is shared by (``ladder.planning.budget``)."""
-
-    host: str
-    budget_s: float
-    cells: int
-
-
 def measure(exp: BenchCell, rungs: Sequence[RungEntry], block: Mapping[str, Any],
             paths: Paths, identity: Mapping[str, Any] | None = None,
             one_build: bool = False, own_cpus: int | None = None,
@@ -184,15 +173,9 @@ def measure(exp: BenchCell, rungs: Sequence[RungEntry], block: Mapping[str, Any]
     anytime-valid design: a look after every round, each comparison measured until it is
     decided, within the cell's allowance of the run's ``budget`` (``ladder.planning.budget``),
     recorded with the cell (``sequential``, ``budget``) and in the run's ledger."""
-    ledger = budgets.ledger_path(budget.host) if budget else None
-    allowed = (budgets.allowance(budget.budget_s, budget.cells, paths.out_json,
-                                 budgets.read_ledger(ledger))
-               if budget and budget.budget_s else None)
-    cell, policy, meta = harness.run_cell(
+    cell, policy, meta, allowed = harness.run_budgeted(
         exp, rungs, block, paths, (exp.threads, protocol.phase_of(exp.workload), own_cpus),
-        none_ok=one_build, budget_s=allowed["allowance_s"] if allowed else None)
-    if policy.sequential:
-        budgets.record(ledger, paths.out_json, cell.spent_s, policy.budget_s, cell.stopped)
+        budget, paths.out_json, none_ok=one_build)
     doc: CellDoc = cast(CellDoc, {
         **dict(identity or {}), "format": FORMAT, **meta, "quant": exp.quant,
         "workload": exp.workload_name, "workload_spec": dict(exp.workload),

@@ -36,6 +36,7 @@ from ladder.core.watch import Watch, process_cpu_s
 from ladder.measuring import harness, load_client
 from ladder.measuring.harness import Attempt, Cell, Outcome, Paths, Policy, cell_seed
 from ladder.measuring.llama_server import PortTaken, Server, llama_server
+from ladder.planning import protocol
 
 FORMAT = "ladder-depth/1"
 METHOD = ("llama-server per rung and round on the cell's CPU set, one slot; the context (random "
@@ -284,22 +285,72 @@ def check(cfg: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
                           f"trained context length {n_ctx_train}")
 
 
+def lever_depths(cfg: Mapping[str, Any]) -> list[int]:
+    """The depths the levers are measured at: ``levers.depths``, else the shallowest and the
+    deepest of ``depths``."""
+    want = (cfg.get("levers") or {}).get("depths")
+    ds = sorted({int(d) for d in (want or cfg["depths"])})
+    return ds if want else [ds[0], ds[-1]]
+
+
+def lever_groups(levers: Sequence[RungEntry]) -> dict[str, list[RungEntry]]:
+    """The lever entries (``Plan.server_levers``) by the rung they are settings of, in order."""
+    out: dict[str, list[RungEntry]] = {}
+    for e in levers:
+        out.setdefault(str(e["lever"]["base"]), []).append(e)
+    return out
+
+
 def measure_depth(rungs: Sequence[RungEntry], block: Mapping[str, Any],
                   settings: Mapping[str, Any], paths: Paths, threads: int,
-                  own_cpus: int | None = None) -> dict[str, Any]:
+                  own_cpus: int | None = None, levers: Sequence[RungEntry] = (),
+                  budget: harness.Budget | None = None) -> dict[str, Any]:
     """Every rung at every depth (``Depth``), rungs interleaved by the harness, each point
-    (depth, phase) looked at by the anytime-valid design on its own."""
+    (depth, phase) looked at by the anytime-valid design on its own; then, per lever rung, its
+    lever settings at the lever depths in a cell of their own (each against the baseline, whose
+    second label is that cell's noise floor). Each cell within its allowance of the run's
+    ``budget``."""
     cfg = settings["depth"]
     model = read_json(paths.model_meta)
     exp = Depth(name=f"depth/{model['quant']}/t{threads}", model=model, cfg=cfg,
                 threads=threads, contexts=Path(settings["keeps"]))
-    cell, _, meta = harness.run_cell(exp, rungs, block, paths, (threads, "points", own_cpus))
+    cell, _, meta, allowed = harness.run_budgeted(exp, rungs, block, paths,
+                                                  (threads, protocol.POINTS, own_cpus), budget,
+                                                  paths.out_json)
     if not cell.samples:
         raise harness.nothing_measured("serving depth: no rung's llama-server measured a depth",
                                        cell)
     doc = {"format": FORMAT, **meta, "experiment": "depth", "quant": model["quant"].lower(),
            "workload": "depth", "threads": threads, "spec": dict(cfg), "ctx": ctx_for(cfg),
            "points": points(cfg), "fills": exp.fills, "samples": cell.samples,
-           "method": METHOD}
+           "method": METHOD, "budget": allowed,
+           "levers": [measure_levers(base, group, block, paths, (threads, own_cpus), cfg,
+                                     model, settings, budget)
+                      for base, group in lever_groups(levers).items()]}
     atomic_write_json(paths.out_json, doc)
     return doc
+
+
+def measure_levers(base: str, group: Sequence[RungEntry], block: Mapping[str, Any],
+                   paths: Paths, job: tuple[int, int | None], cfg: Mapping[str, Any],
+                   model: dict[str, Any], settings: Mapping[str, Any],
+                   budget: harness.Budget | None) -> dict[str, Any]:
+    """One lever rung's settings at the lever depths, interleaved in rounds; the cell waits
+    only for each setting against the baseline (not for one setting against another)."""
+    threads, own_cpus = job
+    lcfg = {**cfg, "depths": lever_depths(cfg)}
+    exp = Depth(name=f"depth-levers/{base}/{model['quant']}/t{threads}", model=model, cfg=lcfg,
+                threads=threads, contexts=Path(settings["keeps"]))
+    seq = block.get("sequential")
+    lblock = {**block, "sequential": {**seq, "wait_for": ["vs_floor"]}} if seq else block
+    where = Path(paths.raw_dir) / "levers" / base
+    lpaths = Paths(paths.model_meta, str(where), paths.out_json,
+                   str(Path(paths.log).with_suffix(f".levers-{base}.log")))
+    cell, _, meta, allowed = harness.run_budgeted(
+        exp, group, lblock, lpaths, (threads, protocol.POINTS, own_cpus), budget,
+        f"{paths.out_json}#levers/{base}", none_ok=True)
+    return {**meta, "base": base, "depths": lcfg["depths"], "budget": allowed,
+            "settings": [e["name"] for e in group if not e.get("twin_of")],
+            "baseline": group[0]["name"], "control": next(
+                (e["name"] for e in group if e.get("twin_of")), None),
+            "points": points(lcfg), "fills": exp.fills, "samples": cell.samples}

@@ -28,6 +28,7 @@ from ladder.core.io import atomic_write_json, read_json
 from ladder.core.machine import cpu_set, host_brief
 from ladder.core.records import RoundsPlan, RungEntry, RungStatus, Sample
 from ladder.core.status import unbuilt_status
+from ladder.planning import budget as budgets
 from ladder.planning import protocol, sequential
 
 
@@ -660,6 +661,35 @@ def run_cell(exp: Experiment, rungs: Sequence[RungEntry], block: Mapping[str, An
         f.write("\n".join(cell.log_lines) + "\n")
     shutil.rmtree(resume, ignore_errors=True)  # the cell ended: its result holds everything
     return cell, policy, {**cell_meta(cell, policy), "seed_source": seed_source}
+
+
+@dataclass
+class Budget:
+    """The run's measuring budget as a job sees it: its host, the host's budget in seconds
+    (0: none) and the cells it is shared by (``ladder.planning.budget``)."""
+
+    host: str
+    budget_s: float
+    cells: int
+
+
+def run_budgeted(exp: Experiment, rungs: Sequence[RungEntry], block: Mapping[str, Any],
+                 paths: Paths, job: tuple[int, str | None, int | None], budget: Budget | None,
+                 cell_id: str, none_ok: bool = False
+                 ) -> tuple[Cell, Policy, dict[str, Any], dict[str, Any] | None]:
+    """``run_cell`` within the cell's allowance of the run's ``budget`` (what the run's
+    finished cells left, shared by those still to measure: ``ladder.planning.budget``), the
+    cell recorded in the run's ledger under ``cell_id`` when the anytime-valid design measured
+    it; and the allowance (None: no budget)."""
+    ledger = budgets.ledger_path(budget.host) if budget else None
+    allowed = (budgets.allowance(budget.budget_s, budget.cells, cell_id,
+                                 budgets.read_ledger(ledger))
+               if budget and budget.budget_s else None)
+    cell, policy, meta = run_cell(exp, rungs, block, paths, job, none_ok=none_ok,
+                                  budget_s=allowed["allowance_s"] if allowed else None)
+    if policy.sequential:
+        budgets.record(ledger, cell_id, cell.spent_s, policy.budget_s, cell.stopped)
+    return cell, policy, meta, allowed
 
 
 def cell_meta(cell: Cell, policy: Policy) -> dict[str, Any]:

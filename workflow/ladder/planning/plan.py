@@ -486,6 +486,43 @@ class Plan:
                 out.append(p)
         return out
 
+    def server_levers(self, experiment: str, provenance: Any) -> list[RungEntry]:
+        """The lever settings a serving experiment that runs its own tool sweeps on each lever
+        rung (its block's ``levers``: enabled, settings by name, the first the baseline): that
+        rung's binary under each setting's extra server arguments, named
+        ``<rung>+<setting>``, and a second label of the baseline (``..._twin``) for the lever's
+        own noise floor. None when the experiment has no levers or they are off."""
+        block = (self.serving.get(experiment) or {}) if self.settings["serving"] else {}
+        levers = block.get("levers") or {}
+        if not block.get("enabled") or not levers.get("enabled") or not levers.get("settings"):
+            return []
+        out: list[RungEntry] = []
+        for rung in self.lever_rungs():
+            base = self.rung(rung)
+            variants = [self.variant_rung(base, {"name": f"{rung}+{name}", "runtime": {
+                "common_args": [*base.runtime.common_args, *args]}})
+                for name, args in levers["settings"].items()]
+            baseline = variants[0]
+            twin = replace(baseline, name=f"{baseline.name}_twin", twin_of=baseline.name,
+                           label=f"{baseline.label}, second label (noise floor)")
+            for v, setting in zip([*variants, twin], [*levers["settings"], None]):
+                entry = self.rung_entry(v, provenance, base.name)
+                entry["lever"] = {"base": rung, "setting": setting,
+                                  "baseline": baseline.name}
+                out.append(entry)
+        return out
+
+    def server_cells(self, experiment: str) -> int:
+        """The cells a serving experiment that runs its own tool measures on this host: none
+        when it is off, else its own and one per lever rung when its levers are on
+        (``server_levers``)."""
+        block = (self.serving.get(experiment) or {}) if self.settings["serving"] else {}
+        if not block.get("enabled"):
+            return 0
+        levers = block.get("levers") or {}
+        on = levers.get("enabled") and levers.get("settings")
+        return 1 + (len(self.lever_rungs()) if on else 0)
+
     def serving_point(self, experiment: str, point: str, threads: int) -> dict[str, Any]:
         for p in self.serving_points():
             if (p["experiment"], p["point"], p["threads"]) == (experiment, point, int(threads)):

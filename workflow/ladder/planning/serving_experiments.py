@@ -54,6 +54,9 @@ class ServerExperiment:
     # a folder under the resources it keeps content-addressed state in across jobs and runs
     # (the depth experiment's saved contexts), passed as settings["keeps"]
     keeps: str | None = None
+    # it shares the run's measuring budget with the bench cells (measure.budget): its cells
+    # are measured by the anytime-valid design, each within its allowance
+    budgeted: bool = False
 
     @property
     def module(self) -> str:
@@ -70,14 +73,15 @@ def server_experiments(schema_path: str | Path = CONFIG_SCHEMA) -> tuple[ServerE
             continue
         if key in EXPERIMENTS:
             raise LadderError(f"config schema: serving.{key} is a llama-bench experiment")
-        unknown = sorted(set(spec) - {"measure", "tool", "inputs", "keeps"})
+        unknown = sorted(set(spec) - {"measure", "tool", "inputs", "keeps", "budgeted"})
         missing = sorted({"measure", "tool"} - set(spec))
         if unknown or missing:
             raise LadderError(f"config schema: serving.{key}.x-serving: "
                               + (f"unknown keys {unknown}" if unknown else f"no {missing}")
-                              + " (measure, tool, inputs, keeps)")
+                              + " (measure, tool, inputs, keeps, budgeted)")
         out.append(ServerExperiment(key, spec["measure"], spec["tool"],
-                                    tuple(spec.get("inputs", ())), spec.get("keeps")))
+                                    tuple(spec.get("inputs", ())), spec.get("keeps"),
+                                    bool(spec.get("budgeted", False))))
     return tuple(out)
 
 
