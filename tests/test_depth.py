@@ -74,9 +74,9 @@ def test_a_saved_context_is_named_by_what_it_depends_on(tmp_path):
                                     cfg)
     assert key != depth.context_key(str(tmp_path / "b1"), model, ["--swa-full"],
                                     {**cfg, "context_seed": 1})
-    # another prompt after the same context reuses it (the context's size is what counts)
+    # another prompt after the same context, or a deeper series, reuses what was saved
     assert key == depth.context_key(str(tmp_path / "b1"), model, ["--swa-full"],
-                                    {**cfg, "n_prompt": 16, "n_gen": 32})
+                                    {**cfg, "n_prompt": 16, "n_gen": 32, "depths": [0, 8192]})
 
 
 # --- a cell of several points, looked at point by point ------------------------------------------

@@ -78,12 +78,15 @@ def server_argv(rung: Mapping[str, Any], cfg: Mapping[str, Any]) -> list[str]:
 def context_key(binary_dir: str, model: Mapping[str, Any], argv: Sequence[str],
                 cfg: Mapping[str, Any]) -> str:
     """What a rung's saved contexts depend on, hashed: its build (the folder its binaries are in,
-    named by the build's own key), the model file, the server's arguments, the context size and
-    the context's seed. The depth is the file's name inside the folder."""
+    named by the build's own key), the model file, the server's arguments and the context's
+    seed. The depth is the file's name inside the folder. Not the server's context size: a
+    state saved at one size restores into a larger one (measured: 1024 tokens saved under -c
+    1088, restored under -c 4200, reused whole), so a deeper series extends the contexts a
+    shallower one saved."""
     build = Path(binary_dir).resolve()
     ident = {"build": str(build), "llama_server": _stat(build / "llama-server"),
              "model": model.get("sha256") or str(model["path"]),
-             "model_file": _stat(Path(model["path"])), "argv": list(argv), "ctx": ctx_for(cfg),
+             "model_file": _stat(Path(model["path"])), "argv": list(argv),
              "context_seed": int(cfg["context_seed"]), "format": FORMAT}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
