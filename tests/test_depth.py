@@ -245,6 +245,7 @@ def test_a_lever_changes_the_curve_only_when_its_effect_at_depth_differs():
     pts = [{"point": "pp32@d0", "depth": 0, "phase": "prefill"},
            {"point": "pp32@d1024", "depth": 1024, "phase": "prefill"}]
     rng = np.random.default_rng(3)
+    rule = depth_view.Design(12, 0.05, 1.0, {"prefill": 0.05, "decode": 0.03})
 
     def samples(shallow, deep, rounds=8, sd=0.01):
         out = []
@@ -256,15 +257,50 @@ def test_a_lever_changes_the_curve_only_when_its_effect_at_depth_differs():
         return out
 
     def call(*args, **kw):
-        return depth_view.curve_change(samples(*args, **kw), "base", "set", pts, "prefill",
-                                       12, 0.05, 1.0, 0.05)
+        return depth_view.curve_change(samples(*args, **kw), ("base", "set"), pts, "prefill",
+                                       rule)
 
     grows = call(1.0, 1.3)
     assert grows["call"] == "grows" and grows["estimate"] == pytest.approx(1.3, rel=0.03)
     assert call(1.3, 1.3)["call"] == "unchanged"
     assert call(1.0, 0.7)["call"] == "shrinks"
     assert call(1.0, 1.04, rounds=3, sd=0.05)["call"] == "cannot tell"
-    assert depth_view.curve_change([], "base", "set", pts, "prefill", 12, 0.05, 1.0,
-                                   0.05)["call"] == "cannot tell"
-    assert depth_view.curve_change([], "base", "set", pts[:1], "prefill", 12, 0.05, 1.0,
-                                   0.05) is None
+    assert depth_view.curve_change([], ("base", "set"), pts, "prefill", rule)["call"] \
+        == "cannot tell"
+    assert depth_view.curve_change([], ("base", "set"), pts[:1], "prefill", rule) is None
+
+
+class _Stub:
+    """The slot API's replies as a server gives them, scripted (no process): what a restore
+    returns, and the completion's timings (a real reply's)."""
+
+    url, pid, log = "http://127.0.0.1:1", 0, "stub.log"
+
+    def __init__(self, restored):
+        self.restored, self.calls = restored, []
+
+    def post(self, path, body, timeout_s):
+        self.calls.append(path)
+        if "action=restore" in path:
+            return {"n_restored": self.restored, "timings": {"restore_ms": 1.0}}, 1.0
+        if "action=" in path:
+            return {}, 1.0
+        n = len(body["prompt"])
+        return {"timings": {"cache_n": n - 32, "prompt_n": 32, "prompt_ms": 80.0,
+                            "predicted_n": 16, "predicted_ms": 200.0}}, 300.0
+
+
+def test_a_restored_state_of_another_depth_is_refused_not_used(tmp_path):
+    """A saved state that does not hold the depth it is named for (a truncated or foreign file)
+    is a named failure of the rung before any request is timed on it."""
+    cfg = {"depths": [0, 64], "n_prompt": 32, "n_gen": 16, "context_seed": 0}
+    exp = depth.Depth(name="depth/q4_0/t2", model={"path": "m.gguf"}, cfg=cfg, threads=2,
+                      contexts=tmp_path)
+    at = harness.Attempt(rnd=0, attempt=0, pos=0, rung={"name": "floor"}, stem="x",
+                         warmup=False)
+    with pytest.raises(LadderError, match="restoring depth 64 gave 63 tokens"):
+        exp.timed(_Stub(63), 1, at, 5.0, {"requests": []})
+    kept: dict = {"requests": []}
+    got = exp.timed(_Stub(64), 1, at, 5.0, kept)
+    assert sorted({s["point"] for s in got}) == ["pp32@d0", "pp32@d64", "tg16@d0", "tg16@d64"]
+    assert [r["depth"] for r in kept["requests"]] in ([0, 64], [64, 0])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ladder.analysis import stats, wording
@@ -64,24 +65,36 @@ def summarize_levers(doc: Mapping[str, Any], lv: Mapping[str, Any],
                         "cell": stats.summarize(one, lv["settings"], lv.get("control"),
                                                 lv["baseline"], stats_cfg)})
     seq = lv.get("sequential") or {}
-    factor = stats.cell_factor(sub, stats_cfg)
-    changes = [curve_change(lv["samples"], lv["baseline"], setting, lv["points"], phase,
-                            int(seq.get("max") or 0), 1 - float(stats_cfg["confidence"]),
-                            factor, protocol.threshold_for(stats_cfg.get("threshold"), phase))
+    rule = Design(int(seq.get("max") or 0), 1 - float(stats_cfg["confidence"]),
+                  stats.cell_factor(sub, stats_cfg),
+                  {ph: protocol.threshold_for(stats_cfg.get("threshold"), ph) for ph in PHASES})
+    changes = [curve_change(lv["samples"], (lv["baseline"], setting), lv["points"], phase, rule)
                for setting in lv["settings"][1:] for phase in PHASES]
     return {"base": lv["base"], "baseline": lv["baseline"], "settings": lv["settings"],
             "depths": lv["depths"], "points": pts, "rung_status": lv["rungs"],
             "changes": [c for c in changes if c], "memory": memory(lv["samples"])}
 
 
-def curve_change(samples: Sequence[Mapping[str, Any]], baseline: str, setting: str,
-                 pts: Sequence[Mapping[str, Any]], phase: str, n_max: int, alpha: float,
-                 factor: float, threshold: float) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class Design:
+    """How a lever cell's repeated intervals are read: the design's maximum rounds, its level
+    (1 - confidence), the variance factor of its rounds and δ per phase."""
+    n_max: int
+    alpha: float
+    factor: float
+    thresholds: Mapping[str, float]
+
+
+def curve_change(samples: Sequence[Mapping[str, Any]], pair: tuple[str, str],
+                 pts: Sequence[Mapping[str, Any]], phase: str, rule: Design
+                 ) -> dict[str, Any] | None:
     """Whether a lever setting changes the depth curve: per round, its log ratio against the
     baseline at the deepest lever depth minus the same at the shallowest (both measured in that
     round, in one server each), judged on the anytime-valid design's repeated interval (valid
     at the round the cell stopped) against ±δ: "grows"/"shrinks" (its effect at depth differs
     by at least δ), "unchanged" (within ±δ), or "cannot tell"."""
+    baseline, setting = pair
+    threshold = float(rule.thresholds[phase])
     mine = sorted((p for p in pts if p["phase"] == phase), key=lambda p: p["depth"])
     if len(mine) < 2:
         return None
@@ -104,7 +117,8 @@ def curve_change(samples: Sequence[Mapping[str, Any]], baseline: str, setting: s
     out: dict[str, Any] = {"setting": setting, "phase": phase, "rounds": len(diffs),
                            "shallow": shallow["depth"], "deep": deep["depth"],
                            "threshold": threshold}
-    got = (sequential.repeated_interval(diffs, max(n_max, len(diffs)), alpha, factor)
+    got = (sequential.repeated_interval(diffs, max(rule.n_max, len(diffs)), rule.alpha,
+                                        rule.factor)
            if len(diffs) >= sequential.MIN_ROUNDS else None)
     if got is None:
         return {**out, "call": "cannot tell", "estimate": None, "lo": None, "hi": None,

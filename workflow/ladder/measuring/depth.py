@@ -327,23 +327,23 @@ def measure_depth(rungs: Sequence[RungEntry], block: Mapping[str, Any],
            "workload": "depth", "threads": threads, "spec": dict(cfg), "ctx": ctx_for(cfg),
            "points": points(cfg), "fills": exp.fills, "samples": cell.samples,
            "method": METHOD, "budget": allowed,
-           "levers": [measure_levers(base, group, block, paths, (threads, own_cpus), cfg,
-                                     model, settings, budget)
-                      for base, group in lever_groups(levers).items()]}
+           "levers": [measure_levers(exp, group, block, paths, (threads, own_cpus), budget)
+                      for group in lever_groups(levers).values()]}
     atomic_write_json(paths.out_json, doc)
     return doc
 
 
-def measure_levers(base: str, group: Sequence[RungEntry], block: Mapping[str, Any],
-                   paths: Paths, job: tuple[int, int | None], cfg: Mapping[str, Any],
-                   model: dict[str, Any], settings: Mapping[str, Any],
-                   budget: harness.Budget | None) -> dict[str, Any]:
-    """One lever rung's settings at the lever depths, interleaved in rounds; the cell waits
-    only for each setting against the baseline (not for one setting against another)."""
+def measure_levers(ladder: Depth, group: Sequence[RungEntry], block: Mapping[str, Any],
+                   paths: Paths, job: tuple[int, int | None], budget: harness.Budget | None
+                   ) -> dict[str, Any]:
+    """One lever rung's settings (``group``) at the lever depths, interleaved in rounds, as the
+    ladder's experiment measures its rungs; the cell waits only for each setting against the
+    baseline (not for one setting against another)."""
     threads, own_cpus = job
-    lcfg = {**cfg, "depths": lever_depths(cfg)}
-    exp = Depth(name=f"depth-levers/{base}/{model['quant']}/t{threads}", model=model, cfg=lcfg,
-                threads=threads, contexts=Path(settings["keeps"]))
+    base = str(group[0]["lever"]["base"])
+    lcfg = {**ladder.cfg, "depths": lever_depths(ladder.cfg)}
+    exp = Depth(name=f"depth-levers/{base}/{ladder.model['quant']}/t{threads}",
+                model=ladder.model, cfg=lcfg, threads=threads, contexts=ladder.contexts)
     seq = block.get("sequential")
     lblock = {**block, "sequential": {**seq, "wait_for": ["vs_floor"]}} if seq else block
     where = Path(paths.raw_dir) / "levers" / base
