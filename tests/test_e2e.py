@@ -890,6 +890,15 @@ def test_long_context_restores_a_context_filled_once(report, run_dir):
         assert {c["crossover"]["kind"] for c in dp["curves"][phase]} <= {
             "between", "none below", "from the start", "not located"}
         assert any(c["rung"] == "native_repack" for c in dp["curves"][phase])
+    # where the time goes at d0 and d64, per rung, sampled by perf after the rounds
+    hs = dp["hotspots"]
+    assert hs["status"] == "ok" and hs["depths"] == [0, 64]
+    assert {(r["rung"], r["depth"]) for r in hs["rows"]} >= {
+        (n, d) for n in ("floor", "native_repack") for d in (0, 64)}
+    for r in hs["rows"]:
+        if r["rung"] in ("floor", "native_repack"):
+            assert r["status"] == "ok" and r["samples"] > 100 and r["kernels"] > 0.2, r
+    assert any(s.startswith("`native_repack`: attention") for s in hs["sentences"])
     md = (run_dir / HOST / "report" / "ladder.md").read_text()
     assert "### Long context: prefill and decode after a context of depth d" in md
     assert all(s in md for s in dp["sentences"])

@@ -46,9 +46,40 @@ def summarize_depth(doc: Mapping[str, Any], plan: Mapping[str, Any],
     return {"experiment": "depth", "threads": doc["threads"], "points": pts,
             "rung_status": doc["rungs"], "method": doc["method"], "spec": doc["spec"],
             "memory": memory(doc["samples"]), "fills": doc.get("fills") or {},
-            "curves": {}, "sentences": [],
+            "curves": {}, "sentences": [], "hotspots": where_time_goes(doc.get("hotspots")),
             "levers": [summarize_levers(doc, lv, stats_cfg) for lv in doc.get("levers") or []
                        if lv.get("samples")]}
+
+
+def where_time_goes(hs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The hotspots at the shallowest and deepest depth per rung: each cell's shares, the
+    kernel families' (the matmul kernels the dispatch ledger counts) and attention's summed,
+    and a sentence per rung on how they move with depth."""
+    if not hs or hs.get("status") != "ok":
+        return {"status": (hs or {}).get("status", "off"), "reason": (hs or {}).get("reason"),
+                "rows": [], "sentences": []}
+    fams = set(hs.get("families") or [])
+    rows = []
+    for c in hs["cells"]:
+        groups = c.get("groups") or {}
+        rows.append({"rung": c["rung"], "depth": c.get("depth"), "status": c.get("status"),
+                     "reason": c.get("reason"), "samples": c.get("samples"),
+                     "kernels": round(sum(v for g, v in groups.items() if g in fams), 4)
+                     if groups else None,
+                     "attention": groups.get("attention", 0.0) if groups else None,
+                     "top_groups": sorted(groups.items(), key=lambda kv: -kv[1])[:4]})
+    sentences = []
+    for rung in dict.fromkeys(r["rung"] for r in rows):
+        mine = sorted((r for r in rows if r["rung"] == rung and r["status"] == "ok"),
+                      key=lambda r: r["depth"])
+        if len(mine) == 2:
+            a, b = mine
+            sentences.append(
+                f"`{rung}`: attention {a['attention']:.0%} of the sampled time at d{a['depth']},"
+                f" {b['attention']:.0%} at d{b['depth']}; the matmul kernel families "
+                f"{a['kernels']:.0%} and {b['kernels']:.0%}.")
+    return {"status": "ok", "reason": None, "depths": hs.get("depths"),
+            "frequency_hz": hs.get("frequency_hz"), "rows": rows, "sentences": sentences}
 
 
 def summarize_levers(doc: Mapping[str, Any], lv: Mapping[str, Any],

@@ -22,6 +22,8 @@ import hashlib
 import json
 import os
 import random
+import signal
+import subprocess
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -33,7 +35,9 @@ from ladder.core.io import atomic_write_json, atomic_write_text, read_json
 from ladder.core.machine import task_cpus
 from ladder.core.records import RungEntry
 from ladder.core.watch import Watch, process_cpu_s
-from ladder.measuring import harness, load_client
+from ladder.core.kernels import load_families
+from ladder.core.machine import host_arch
+from ladder.measuring import harness, hotspots, load_client
 from ladder.measuring.harness import Attempt, Cell, Outcome, Paths, Policy, cell_seed
 from ladder.measuring.llama_server import PortTaken, Server, llama_server
 from ladder.planning import protocol
@@ -229,16 +233,8 @@ class Depth(harness.ModelExperiment):
         for pos, d in enumerate(order):
             _slot(srv, "erase", None, timeout_s)
             reset = reset_peak_rss(srv.pid)
-            restore_ms = None
-            if d > 0:
-                got = _slot(srv, "restore", f"d{d}.bin", timeout_s)
-                if int(got.get("n_restored") or 0) != d:
-                    raise LadderError(f"{at.name}: restoring depth {d} gave "
-                                      f"{got.get('n_restored')} tokens (log: {srv.log})")
-                restore_ms = (got.get("timings") or {}).get("restore_ms")
-            reply, wall_ms = srv.post("/completion", {
-                "prompt": tokens[:d] + prompt, "n_predict": n_gen, "cache_prompt": True,
-                "ignore_eos": True, "temperature": 0, "seed": seed}, timeout_s)
+            restore_ms, reply, wall_ms = after_context(srv, d, tokens[:d] + prompt, n_gen, seed,
+                                                       at.name, timeout_s)
             pp, tg, timings = timed_sample(reply, d, n_prompt, n_gen,
                                            f"{at.name} at depth {d}")
             rss = peak_rss_kib(srv.pid) if reset else None
@@ -264,6 +260,24 @@ def model_meta(srv: Server, timeout_s: float) -> dict[str, Any]:
     return dict(((data.get("data") or [{}])[0]).get("meta") or {})
 
 
+def after_context(srv: Server, depth: int, prompt: list[int], n_gen: int, seed: int,
+                  name: str, timeout_s: float) -> tuple[float | None, dict[str, Any], float]:
+    """One request after ``depth`` tokens of context: the depth's saved state restored (and
+    checked to hold ``depth`` tokens), then ``prompt`` (the context's tokens and the prompt);
+    the restore's ms (None at depth 0), the reply and its wall ms."""
+    restore_ms = None
+    if depth > 0:
+        got = _slot(srv, "restore", f"d{depth}.bin", timeout_s)
+        if int(got.get("n_restored") or 0) != depth:
+            raise LadderError(f"{name}: restoring depth {depth} gave "
+                              f"{got.get('n_restored')} tokens (log: {srv.log})")
+        restore_ms = (got.get("timings") or {}).get("restore_ms")
+    reply, wall_ms = srv.post("/completion", {
+        "prompt": prompt, "n_predict": n_gen, "cache_prompt": True, "ignore_eos": True,
+        "temperature": 0, "seed": seed}, timeout_s)
+    return restore_ms, reply, wall_ms
+
+
 def _slot(srv: Server, action: str, filename: str | None, timeout_s: float
           ) -> dict[str, Any]:
     reply, _ = srv.post(f"/slots/0?action={action}",
@@ -286,6 +300,84 @@ def check(cfg: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
         raise BeyondModel(f"serving.depth.depths: the deepest context ({max(cfg['depths'])}) "
                           f"plus the prompt and output needs {need} tokens, beyond the model's "
                           f"trained context length {n_ctx_train}")
+
+
+def where_time_goes(exp: Depth, cell: Cell, policy: Policy) -> dict[str, Any]:
+    """Where the time of the timed work goes at the shallowest and the deepest depth, per rung
+    of the ladder (``depth.hotspots``), after the measured rounds (never inside them): a server
+    per rung, perf attached to it (cpu-clock, every thread) while the depth's request is
+    repeated for at least ``min_seconds``, its samples grouped by the dispatch ledger's kernel
+    families and the time groups (attention, activation quantization, ...)."""
+    hcfg = exp.cfg.get("hotspots") or {}
+    if not hcfg.get("enabled"):
+        return {"status": "off"}
+    perf = hotspots.perf_path()
+    reason = hotspots.unavailable_reason(perf)
+    if reason or perf is None:
+        return {"status": "unavailable", "reason": reason}
+    fset = load_families(host_arch())
+    ds = sorted({int(d) for d in exp.cfg["depths"]})
+    out: dict[str, Any] = {"status": "ok", "frequency_hz": int(hcfg["frequency_hz"]),
+                           "depths": [ds[0], ds[-1]], "families": list(fset.families),
+                           "families_file": fset.source, "cells": []}
+    ladder, _, _ = cell.roles()
+    for name in ladder:
+        if cell.status[name]["status"] != "measured":
+            continue
+        rung = cell.by_name[name]
+        stem = cell.raw / "hotspots" / name
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        argv = server_argv(rung, exp.cfg)
+        folder = exp.contexts / context_key(cell.bins[name], exp.model, argv, exp.cfg)
+        try:
+            with llama_server(cell.bins[name], exp.model["path"], threads=exp.threads,
+                              ctx=ctx_for(exp.cfg), log=f"{stem}.server.log",
+                              port=exp.cfg.get("port"), env=rung["env"], slots=1,
+                              cpus=policy.cpu_list, args=[*argv, "--slot-save-path", str(folder)],
+                              ready_timeout_s=exp.cfg["ready_timeout_s"]) as srv:
+                for d in out["depths"]:
+                    out["cells"].append({"rung": name, "depth": d, **sample_depth(
+                        exp, srv, perf, d, Path(f"{stem}.d{d}"), fset, policy.timeout_s)})
+        except PortTaken:
+            raise
+        except LadderError as exc:
+            out["cells"].append({"rung": name, "status": "failed", "reason": str(exc)})
+    return out
+
+
+def sample_depth(exp: Depth, srv: Server, perf: str, depth: int, stem: Path, fset: Any,
+                 timeout_s: float) -> dict[str, Any]:
+    """perf attached to the server while the depth's request (restore, then the prompt after
+    the context) is repeated for at least ``hotspots.min_seconds``; its report grouped."""
+    hcfg = exp.cfg["hotspots"]
+    tokens = context_tokens(exp.cfg)
+    prompt = tokens[:depth] + load_client.prompt_ids(random.Random(depth), int(exp.cfg["n_prompt"]))
+    after_context(srv, depth, prompt, 1, 0, stem.name, timeout_s)  # every thread started
+    data = f"{stem}.perf.data"
+    with open(f"{stem}.record.log", "wb") as log:
+        rec = subprocess.Popen(hotspots.record_pid_argv(perf, data, int(hcfg["frequency_hz"]),
+                                                        srv.pid), stdout=log, stderr=log)
+        n, t0 = 0, time.monotonic()
+        try:
+            time.sleep(0.5)  # perf attaches to every thread before the work starts
+            while n == 0 or time.monotonic() - t0 < float(hcfg["min_seconds"]):
+                _slot(srv, "erase", None, timeout_s)
+                after_context(srv, depth, prompt, int(exp.cfg["n_gen"]), 0, stem.name,
+                              timeout_s)
+                n += 1
+        finally:
+            rec.send_signal(signal.SIGINT)
+            try:
+                rec.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                rec.kill()
+                rec.wait()
+    if rec.returncode not in (0, -signal.SIGINT, 130):
+        return {"status": "failed", "reason": f"perf record exited {rec.returncode} "
+                f"(log: {stem}.record.log)", "requests": n}
+    return {"requests": n, "raw": {"perf_data": os.path.basename(data),
+                                   "report": f"{stem.name}.report.txt"},
+            **hotspots.read_report(perf, data, stem, fset, int(hcfg["top"]), timeout_s)}
 
 
 def lever_depths(cfg: Mapping[str, Any]) -> list[int]:
@@ -317,9 +409,9 @@ def measure_depth(rungs: Sequence[RungEntry], block: Mapping[str, Any],
     model = read_json(paths.model_meta)
     exp = Depth(name=f"depth/{model['quant']}/t{threads}", model=model, cfg=cfg,
                 threads=threads, contexts=Path(settings["keeps"]))
-    cell, _, meta, allowed = harness.run_budgeted(exp, rungs, block, paths,
-                                                  (threads, protocol.POINTS, own_cpus), budget,
-                                                  paths.out_json)
+    cell, policy, meta, allowed = harness.run_budgeted(exp, rungs, block, paths,
+                                                       (threads, protocol.POINTS, own_cpus),
+                                                       budget, paths.out_json)
     if not cell.samples:
         raise harness.nothing_measured("serving depth: no rung's llama-server measured a depth",
                                        cell)
@@ -327,6 +419,7 @@ def measure_depth(rungs: Sequence[RungEntry], block: Mapping[str, Any],
            "workload": "depth", "threads": threads, "spec": dict(cfg), "ctx": ctx_for(cfg),
            "points": points(cfg), "fills": exp.fills, "samples": cell.samples,
            "method": METHOD, "budget": allowed,
+           "hotspots": where_time_goes(exp, cell, policy),
            "levers": [measure_levers(exp, group, block, paths, (threads, own_cpus), budget)
                       for group in lever_groups(levers).values()]}
     atomic_write_json(paths.out_json, doc)

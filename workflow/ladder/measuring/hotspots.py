@@ -109,6 +109,27 @@ def record_argv(perf: str, data: str, frequency: int, argv: Sequence[str]) -> li
     return [perf, "record", "-e", event, "-F", str(frequency), "-o", data, "--", *argv]
 
 
+def record_pid_argv(perf: str, data: str, frequency: int, pid: int) -> list[str]:
+    """``record_argv`` attached to a running process (every thread it has), until SIGINT."""
+    event = "cpu-clock" if os.geteuid() == 0 else "cpu-clock:u"
+    return [perf, "record", "-e", event, "-F", str(frequency), "-o", data, "-p", str(pid)]
+
+
+def read_report(perf: str, data: str, stem: Path, fset: FamilySet, top: int,
+                timeout_s: float) -> dict[str, Any]:
+    """perf's report of ``data`` kept beside it, parsed and grouped (``group_samples``), or
+    why not."""
+    rep = run(report_argv(perf, data), timeout_s=timeout_s)
+    atomic_write_text(f"{stem}.report.txt", rep.stdout)
+    if not rep.ok:
+        return {"status": "failed", "reason": f"perf report: {rep.failure()}"}
+    parsed = parse_perf_report(rep.stdout, f"{stem}.report.txt")
+    if not parsed["samples"]:
+        return {"status": "failed", "reason": "perf recorded no samples"}
+    return {"status": "ok", "reason": None, "event": parsed["event"],
+            **group_samples(parsed, fset, top)}
+
+
 def report_argv(perf: str, data: str) -> list[str]:
     return [perf, "report", "-i", data, "--stdio", "--no-children", "-n", "--sort", "dso,sym",
             "--percent-limit", "0"]
@@ -130,16 +151,8 @@ def sample_cell(*, perf: str, argv: Sequence[str], env: Mapping[str, str], stem:
         if "perf_event_paranoid" in rec.stderr or "Permission" in rec.stderr:
             why = f"perf may not sample here: {why}"
         return {**out, "status": "failed", "reason": why}
-    rep = run(report_argv(perf, data), timeout_s=timeout_s)
-    atomic_write_text(f"{stem}.report.txt", rep.stdout)
     out["raw"]["report"] = f"{stem.name}.report.txt"
-    if not rep.ok:
-        return {**out, "status": "failed", "reason": f"perf report: {rep.failure()}"}
-    parsed = parse_perf_report(rep.stdout, f"{stem}.report.txt")
-    if not parsed["samples"]:
-        return {**out, "status": "failed", "reason": "perf recorded no samples"}
-    return {**out, "status": "ok", "reason": None, "event": parsed["event"],
-            **group_samples(parsed, fset, top)}
+    return {**out, **read_report(perf, data, stem, fset, top, timeout_s)}
 
 
 def repetitions_for(bench_doc: Mapping[str, Any] | None, rung: str, spec: Mapping[str, Any],
