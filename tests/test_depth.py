@@ -312,3 +312,10 @@ def test_a_restored_state_of_another_depth_is_refused_not_used(tmp_path):
     got = exp.timed(_Stub(64), 1, at, 5.0, kept)
     assert sorted({s["point"] for s in got}) == ["pp32@d0", "pp32@d64", "tg16@d0", "tg16@d64"]
     assert [r["depth"] for r in kept["requests"]] in ([0, 64], [64, 0])
+
+
+def test_a_fill_extends_the_deepest_context_saved_below_it(tmp_path):
+    """Whole saved contexts only (a .part file is never one), from this series or another."""
+    for name in ("d256.bin", "d1024.bin", "d2048.part.bin", "dx.bin"):
+        (tmp_path / name).write_bytes(b"")
+    assert depth.saved_depths(tmp_path) == [256, 1024]

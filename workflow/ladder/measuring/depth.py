@@ -63,6 +63,11 @@ def points(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def saved_depths(folder: Path) -> list[int]:
+    """The depths whose whole context a folder holds (``d<depth>.bin``; a ``.part`` never)."""
+    return sorted(int(p.stem[1:]) for p in folder.glob("d*.bin") if p.stem[1:].isdigit())
+
+
 def ctx_for(cfg: Mapping[str, Any]) -> int:
     """-c of the one slot: the deepest context, the prompt, its output, and a margin."""
     return max(int(d) for d in cfg["depths"]) + int(cfg["n_prompt"]) + int(cfg["n_gen"]) + 16
@@ -198,7 +203,8 @@ class Depth(harness.ModelExperiment):
         done: dict[str, Any] = {"depths": missing, "prompt_ms": {}, "save_ms": {}}
         t0 = time.monotonic()
         for d in missing:
-            below = [b for b in depths if b < d and (folder / f"d{b}.bin").is_file()]
+            # the deepest context saved below it, by this series or another (the overlay's)
+            below = [b for b in saved_depths(folder) if b < d]
             _slot(srv, "erase", None, timeout_s)
             if below:
                 _slot(srv, "restore", f"d{below[-1]}.bin", timeout_s)
