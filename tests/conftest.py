@@ -22,6 +22,34 @@ def measure_block(**over) -> dict:
             **over}
 
 
+def ladder_cell(tmp_path: Path, names=("floor", "native_repack", "vendor", "control"),
+                name: str = "q4_0/pp128/t2"):
+    """A synthetic cell of built rungs (no process runs), ``control`` the twin of
+    native_repack: what the harness tests measure their scripted experiments on."""
+    from ladder.measuring import harness
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    rungs = []
+    for n in names:
+        prov = tmp_path / f"{n}.json"
+        prov.write_text(json.dumps({"status": "ok", "bin_dir": str(tmp_path), "build_key": n}))
+        rungs.append({"name": n, "provenance": str(prov), "runtime": {},
+                      "twin_of": "native_repack" if n == "control" else None})
+    return harness.open_cell(name, rungs, str(tmp_path / "raw"), seed=7)
+
+
+def sequential_policy(budget_s=None, phase: str = "prefill", **seq):
+    """A cell's policy with the anytime-valid design on (its settings the schema's, ``seq``
+    on top), one process per rung and round, no CPU placement."""
+    from ladder.measuring import harness
+
+    block = {**{k: v for k, v in measure_block().items() if k in ("disturbance", "cpus")},
+             "rounds": 3, "timeout_s": 60, "warmup_rounds": 0, "repetitions": 1,
+             "round_statistic": "mean", "warmup": True, "seed": 7, "cpus": "none",
+             "sequential": {**measure_block()["sequential"], "enabled": True, **seq}}
+    return harness.policy_from(block, threads=1, phase=phase, budget_s=budget_s)
+
+
 @pytest.fixture
 def default_config() -> dict:
     return copy.deepcopy(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import measure_block
+from conftest import ladder_cell, sequential_policy
 from ladder.analysis import depth_view
 from ladder.core.errors import LadderError
 from ladder.measuring import depth, harness
@@ -102,22 +102,12 @@ class Depths(harness.Experiment):
                                                   "ncpu": 2}, None, note="ok")
 
 
-def _cell(tmp_path, names=("floor", "native_repack", "control")):
-    rungs = []
-    for n in names:
-        prov = tmp_path / f"{n}.json"
-        prov.write_text(json.dumps({"status": "ok", "bin_dir": str(tmp_path), "build_key": n}))
-        rungs.append({"name": n, "provenance": str(prov), "runtime": {},
-                      "twin_of": "native_repack" if n == "control" else None})
-    return harness.open_cell("depth/q4_0/t2", rungs, str(tmp_path / "raw"), seed=7)
+def _cell(tmp_path):
+    return ladder_cell(tmp_path, ("floor", "native_repack", "control"), "depth/q4_0/t2")
 
 
 def _policy(**seq):
-    block = {**{k: v for k, v in measure_block().items() if k in ("disturbance", "cpus")},
-             "rounds": 3, "timeout_s": 60, "warmup_rounds": 0, "repetitions": 1,
-             "round_statistic": "mean", "warmup": True, "seed": 7, "cpus": "none",
-             "sequential": {**measure_block()["sequential"], "enabled": True, "max": 12, **seq}}
-    return harness.policy_from(block, threads=1, phase=protocol.POINTS)
+    return sequential_policy(phase=protocol.POINTS, max=12, **seq)
 
 
 def test_each_point_is_decided_on_its_own_at_its_phases_threshold(tmp_path):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from conftest import measure_block
+from conftest import ladder_cell, measure_block, sequential_policy
 from ladder.core.errors import LadderError
 from ladder.measuring import harness
 
@@ -141,23 +141,8 @@ class Speeds(harness.Experiment):
                                None, note="ok")
 
 
-def _ladder_cell(tmp_path, names=("floor", "native_repack", "vendor", "control")):
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    rungs = []
-    for n in names:
-        prov = tmp_path / f"{n}.json"
-        prov.write_text(json.dumps({"status": "ok", "bin_dir": str(tmp_path), "build_key": n}))
-        rungs.append({"name": n, "provenance": str(prov), "runtime": {},
-                      "twin_of": "native_repack" if n == "control" else None})
-    return harness.open_cell("q4_0/pp128/t2", rungs, str(tmp_path / "raw"), seed=7)
-
-
-def _sequential_policy(budget_s=None, **seq):
-    block = {**{k: v for k, v in measure_block().items() if k in ("disturbance", "cpus")},
-             "rounds": 3, "timeout_s": 60, "warmup_rounds": 0, "repetitions": 1,
-             "round_statistic": "mean", "warmup": True, "seed": 7, "cpus": "none",
-             "sequential": {**measure_block()["sequential"], "enabled": True, **seq}}
-    return harness.policy_from(block, threads=1, phase="prefill", budget_s=budget_s)
+_ladder_cell = ladder_cell
+_sequential_policy = sequential_policy
 
 
 def _clocked(monkeypatch, exp):
