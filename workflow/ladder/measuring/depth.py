@@ -28,7 +28,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, ContextManager, Mapping, Sequence
 
 from ladder.core.errors import LadderError
 from ladder.core.io import atomic_write_json, atomic_write_text, read_json
@@ -68,16 +68,21 @@ def saved_depths(folder: Path) -> list[int]:
     return sorted(int(p.stem[1:]) for p in folder.glob("d*.bin") if p.stem[1:].isdigit())
 
 
+def depths_of(cfg: Mapping[str, Any]) -> list[int]:
+    """The configured depths, sorted, each once."""
+    return sorted({int(d) for d in cfg["depths"]})
+
+
 def ctx_for(cfg: Mapping[str, Any]) -> int:
     """-c of the one slot: the deepest context, the prompt, its output, and a margin."""
-    return max(int(d) for d in cfg["depths"]) + int(cfg["n_prompt"]) + int(cfg["n_gen"]) + 16
+    return depths_of(cfg)[-1] + int(cfg["n_prompt"]) + int(cfg["n_gen"]) + 16
 
 
 def context_tokens(cfg: Mapping[str, Any]) -> list[int]:
     """The context every depth is a prefix of: random token IDs of ``context_seed`` (the cost of
     attention does not depend on what the tokens say)."""
     rng = random.Random(f"ladder-depth-context/{int(cfg['context_seed'])}")
-    return load_client.prompt_ids(rng, max(int(d) for d in cfg["depths"]))
+    return load_client.prompt_ids(rng, depths_of(cfg)[-1])
 
 
 def server_argv(rung: Mapping[str, Any], cfg: Mapping[str, Any]) -> list[str]:
@@ -166,11 +171,7 @@ class Depth(harness.ModelExperiment):
         kept: dict[str, Any] = {"context_key": key, "requests": []}
         samples: list[dict[str, Any]] = []
         try:
-            with llama_server(cell.bins[at.name], self.model["path"], threads=self.threads,
-                              ctx=ctx_for(cfg), log=log, port=cfg.get("port"),
-                              env=at.rung["env"], slots=1, cpus=policy.cpu_list,
-                              args=[*argv, "--slot-save-path", str(folder)],
-                              ready_timeout_s=cfg["ready_timeout_s"]) as srv:
+            with self.server(cell.bins[at.name], at.rung, folder, log, policy) as srv:
                 check(cfg, model_meta(srv, policy.timeout_s))
                 fill = self.fill(srv, folder, at.name, policy.timeout_s)
                 if fill:
@@ -185,17 +186,26 @@ class Depth(harness.ModelExperiment):
             atomic_write_text(f"{at.stem}.json", json.dumps(kept, indent=1))
             return Outcome({}, watch.share(cpu_s), seen, str(exc), raw=log)
         atomic_write_text(f"{at.stem}.json", json.dumps(kept, indent=1))
+        deepest = depths_of(cfg)[-1]
         return Outcome({"samples": samples}, watch.share(cpu_s), seen, raw=log,
                        note=", ".join(f"{s['point']} {s['tokens_per_s']:.1f} t/s"
-                                      for s in samples if s["depth"] == max(
-                                          int(d) for d in cfg["depths"])))
+                                      for s in samples if s["depth"] == deepest))
+
+    def server(self, bins: str, rung: Mapping[str, Any], folder: Path, log: str,
+               policy: Policy) -> ContextManager[Server]:
+        """A rung's server, one slot on the cell's CPUs, its saved contexts in ``folder``."""
+        return llama_server(bins, self.model["path"], threads=self.threads,
+                            ctx=ctx_for(self.cfg), log=log, port=self.cfg.get("port"),
+                            env=rung["env"], slots=1, cpus=policy.cpu_list,
+                            args=[*server_argv(rung, self.cfg), "--slot-save-path", str(folder)],
+                            ready_timeout_s=self.cfg["ready_timeout_s"])
 
     def fill(self, srv: Server, folder: Path, name: str, timeout_s: float
              ) -> dict[str, Any] | None:
         """Save every depth's context this rung has not saved yet, each extending the deepest
         one saved below it (so a depth series costs one fill of its deepest context). Kept once
         per folder: later rounds, runs and rungs of the same build only restore."""
-        depths = sorted({int(d) for d in self.cfg["depths"] if int(d) > 0})
+        depths = [d for d in depths_of(self.cfg) if d > 0]
         missing = [d for d in depths if not (folder / f"d{d}.bin").is_file()]
         if not missing:
             return None
@@ -232,8 +242,7 @@ class Depth(harness.ModelExperiment):
         n_prompt, n_gen = int(cfg["n_prompt"]), int(cfg["n_gen"])
         rng = random.Random(seed)
         prompt = load_client.prompt_ids(rng, n_prompt)
-        depths = sorted({int(d) for d in cfg["depths"]})
-        order = list(depths)
+        order = depths_of(cfg)
         rng.shuffle(order)
         out = []
         for pos, d in enumerate(order):
@@ -322,7 +331,7 @@ def where_time_goes(exp: Depth, cell: Cell, policy: Policy) -> dict[str, Any]:
     if reason or perf is None:
         return {"status": "unavailable", "reason": reason}
     fset = load_families(host_arch())
-    ds = sorted({int(d) for d in exp.cfg["depths"]})
+    ds = depths_of(exp.cfg)
     out: dict[str, Any] = {"status": "ok", "frequency_hz": int(hcfg["frequency_hz"]),
                            "depths": [ds[0], ds[-1]], "families": list(fset.families),
                            "families_file": fset.source, "cells": []}
@@ -333,14 +342,10 @@ def where_time_goes(exp: Depth, cell: Cell, policy: Policy) -> dict[str, Any]:
         rung = cell.by_name[name]
         stem = cell.raw / "hotspots" / name
         stem.parent.mkdir(parents=True, exist_ok=True)
-        argv = server_argv(rung, exp.cfg)
-        folder = exp.contexts / context_key(cell.bins[name], exp.model, argv, exp.cfg)
+        folder = exp.contexts / context_key(cell.bins[name], exp.model,
+                                            server_argv(rung, exp.cfg), exp.cfg)
         try:
-            with llama_server(cell.bins[name], exp.model["path"], threads=exp.threads,
-                              ctx=ctx_for(exp.cfg), log=f"{stem}.server.log",
-                              port=exp.cfg.get("port"), env=rung["env"], slots=1,
-                              cpus=policy.cpu_list, args=[*argv, "--slot-save-path", str(folder)],
-                              ready_timeout_s=exp.cfg["ready_timeout_s"]) as srv:
+            with exp.server(cell.bins[name], rung, folder, f"{stem}.server.log", policy) as srv:
                 for d in out["depths"]:
                     out["cells"].append({"rung": name, "depth": d, **sample_depth(
                         exp, srv, perf, d, Path(f"{stem}.d{d}"), fset, policy.timeout_s)})

@@ -485,9 +485,9 @@ def sequential_look(cell: Cell, policy: Policy, measured: int) -> None:
         got = sequential.look(samples, ladder, control, twin, decided, int(seq["max"]),
                               float(seq["alpha"]), float(seq["factor"]), delta,
                               policy.statistic, seq.get("futility"), cell.grid)
-        for key, d in got.items():
-            new[sequential.point_key(point, key)] = {**d, "at": measured}
-        cell.decided.update(new)
+        mine = {sequential.point_key(point, key): {**d, "at": measured} for key, d in got.items()}
+        cell.decided.update(mine)
+        new.update(mine)
         measured_names = {str(s["rung"]) for s in protocol.clean_samples(samples)}
         # a comparison with a rung that failed or crashed gets no more rounds: not waited for
         comps = [c for c in sequential.cell_comparisons(ladder, control, twin, measured_names,
