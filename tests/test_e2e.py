@@ -917,7 +917,7 @@ def test_concurrency_sweep(report):
 def test_serving_under_load_per_request_records(report, run_dir):
     """A real llama-server per rung: every request kept, its metrics consistent with the
     server's own timings, the pooled percentiles with the records they come from."""
-    from ladder.measuring import load_client, server_load
+    from ladder.measuring import load_client
 
     ld = report["serving"]["load"]
     spec = ld["spec"]
@@ -955,16 +955,22 @@ def test_serving_under_load_per_request_records(report, run_dir):
     assert all(len(o) == 1 for o in orders.values()), orders
     for row in doc["levels"]:  # each stored summary is what its records give
         if row["kind"] == "capacity":  # its probes' records: every request of every probe
-            for p in row["capacity"]["probes"] + row["concurrency"]["probes"]:
-                # one attempt's: a disturbed round's set-aside attempt shares rung, round, level
-                recs = [r for r in doc["requests"]
-                        if (r["rung"], r["round"], r["attempt"], r["level"])
-                        == (row["rung"], row["round"], row["attempt"], p["level"])]
-                cap_spec = spec["capacity"]
-                assert len(recs) == p["requests"] == (server_load.probe_requests(
-                    p["rate"], cap_spec["requests"], cap_spec["probe_s"]) if "rate" in p else
-                    max(cap_spec["requests"], cap_spec["waves"] * p["concurrency"]))
-                assert sum(load_client.meets(r, spec["limits"]) for r in recs) == p["good"]
+            for key in ("capacity", "concurrency"):
+                for i, p in enumerate(row[key]["probes"]):
+                    # one attempt's: a disturbed round's set-aside attempt shares rung, round
+                    recs = [r for r in doc["requests"]
+                            if (r["rung"], r["round"], r["attempt"], r["level"], r["probe"])
+                            == (row["rung"], row["round"], row["attempt"], p["level"], i)]
+                    win = p["window"]
+                    # issue 59: a warm-up never judged, then the measured requests
+                    assert len(recs) == (win["n_warm"] + win["n"] if p.get("testable", True)
+                                         else 0)
+                    assert [r["window"] for r in recs] == \
+                        ["warmup"] * win["n_warm"] * bool(recs) + ["measured"] * win["n"] * bool(recs)
+                    assert sum(load_client.meets(r, spec["limits"]) for r in recs
+                               if r["window"] == "measured") == p["good"]
+                    assert p["passed"] == (p.get("testable", True) and not p.get("discarded")
+                                           and p["judged"]["passed"]), p
             # a later round's searches start at the rung's earlier capacities
             assert (row["capacity"]["hint"] is None) == (row["round"] == 0)
             assert (row["concurrency"]["hint"] is None) == (row["round"] == 0)

@@ -12,6 +12,7 @@ from scipy.stats import binomtest
 
 from ladder.measuring import load_client
 from ladder.analysis import stats, wording
+from ladder.planning import steady
 
 # what the report judges per level, with the threshold phase each belongs to
 JUDGED = {"ttft_p50_ms": "prefill", "ttft_p99_ms": "prefill",
@@ -205,7 +206,8 @@ def resolution(spec: Mapping[str, Any]) -> float:
 DIMS: dict[str, dict[str, Any]] = {
     "rate": {"row": "capacity", "value": "capacity_rps", "what": "request rate", "x": "rate",
              "top": "max_rps",
-             "search": ("probe_s", "start_rps", "min_rps", "max_rps", "bisect", "warm_start")},
+             "search": ("warmup_services", "measure_services", "probe_max_s", "start_rps",
+                        "min_rps", "max_rps", "bisect", "warm_start")},
     "concurrency": {"row": "concurrency", "value": "capacity_streams",
                     "what": "concurrent streams", "x": "concurrency", "top": "max_streams",
                     "search": ("max_streams", "waves", "requests", "warm_start")},
@@ -246,20 +248,20 @@ def _capacity_value(found: Mapping[str, Any]) -> tuple[float | None, str | None]
 
 
 def _at_capacity(found: Mapping[str, Any], dim: str) -> float | None:
-    """Output tokens/s measured by the round's highest passing concurrency probe (at a rate
-    capacity it follows from the rate: ``_rung_capacity``)."""
+    """Output tokens/s measured by the round's highest passing probe, over its measured
+    window."""
     passed = [p for p in found.get("probes", []) if p.get("passed") and p.get(DIMS[dim]["x"])
               == found["bracket"][0]]
     return passed[-1].get("output_tokens_per_s") if passed else None
 
 
 def _rung_capacity(name: str, rows: Sequence[Mapping[str, Any]], spec: Mapping[str, Any],
-                   n_gen: int, conf: float, price: Mapping[str, Any] | None, dim: str = "rate"
+                   conf: float, price: Mapping[str, Any] | None, dim: str = "rate"
                    ) -> dict[str, Any]:
     """One rung's capacity over its rounds: the geometric mean, its interval widened by the
     resolution (open on a side a censored round leaves unbounded), output tok/s and $ per
-    million output tokens at it (at a rate: rate x n_gen; at a concurrency: what its passing
-    probes measured), each printed as the bound it is when rounds were censored."""
+    million output tokens at it (what its passing probes at the capacity measured over their
+    measured windows), each printed as the bound it is when rounds were censored."""
     d = DIMS[dim]
     res = _resolution(spec, dim)
     rounds = []
@@ -270,8 +272,7 @@ def _rung_capacity(name: str, rows: Sequence[Mapping[str, Any]], spec: Mapping[s
                        "bracket": found["bracket"], "hint": found.get("hint"),
                        "probes": len(found["probes"]),
                        "duration_s": found.get("duration_s", r["duration_s"]),
-                       "output_tokens_per_s": _at_capacity(found, dim) if dim != "rate"
-                       else None})
+                       "output_tokens_per_s": _at_capacity(found, dim)})
     values = [x[d["value"]] for x in rounds if x[d["value"]]]
     step = grid_step(values, res)
     est = stats.ratio_ci(values, conf, grid_sd=grid_sd(step, 1))
@@ -292,11 +293,8 @@ def _rung_capacity(name: str, rows: Sequence[Mapping[str, Any]], spec: Mapping[s
     more, less, both = {(True, False): ("≥ ", "≤ ", ""), (False, True): ("≤ ", "≥ ", ""),
                         (True, True): ("", "", " (censored both ways)")}.get(
                             (bool(above), bool(below)), ("", "", ""))
-    if dim == "rate":
-        tps: float | None = est.estimate * float(n_gen)
-    else:
-        tps = stats.ratio_ci([x["output_tokens_per_s"] for x in rounds
-                              if x["output_tokens_per_s"]], conf).estimate
+    tps = stats.ratio_ci([x["output_tokens_per_s"] for x in rounds
+                          if x["output_tokens_per_s"]], conf).estimate
     if not tps:
         return entry
     entry["output_tokens_per_s"] = tps
@@ -332,7 +330,7 @@ def capacity(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
     names = [n for n in list(ladder) + ([control] if control else [])
              if any(r["rung"] == n for r in rows)]
     per_rung = [_rung_capacity(n, [r for r in rows if r["rung"] == n], spec,
-                               doc["spec"]["n_gen"], conf, price, dim) for n in names]
+                               conf, price, dim) for n in names]
     samples = [{"rung": r["rung"], "round": r["round"], "order": r["order"], "warmup": False,
                 "build_key": r["build_key"], "tokens_per_s": value}
                for r in rows if r["rung"] in names
@@ -365,12 +363,154 @@ def capacity(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
             comp["no_equivalence"] = (comp["censored"] + ": values outside the search only "
                                       "hide differences")
         comp["verdict"] = stats.judge(comp)
-    return {"dimension": dim, "what": d["what"], "value_key": d["value"],
-            "target": spec["target"], "limits": doc["spec"]["limits"],
-            "requests_per_probe": spec["requests"], "resolution": res,
-            "search": {k: spec.get(k) for k in d["search"]},
-            "rungs": per_rung, "cell": cell, "curve": attainment_curve(rows, names, conf, dim),
-            "price": dict(price) if price else None}
+    curve = attainment_curve(rows, names, conf, dim)
+    for e in per_rung:
+        e["at_capacity"] = attainment_at(curve.get(e["rung"], []), e.get("estimate"), d["x"],
+                                         steady.p0_of(spec))
+        e["probe_counts"] = probe_counts([r for r in rows if r["rung"] == e["rung"]], d["row"])
+    out = {"dimension": dim, "what": d["what"], "value_key": d["value"],
+           "target": spec["target"], "limits": doc["spec"]["limits"],
+           "requests_per_probe": spec["requests"], "resolution": res,
+           "search": {k: spec.get(k) for k in d["search"]},
+           "rule": probe_rule(spec, rows, d["row"]),
+           "rungs": per_rung, "cell": cell, "curve": curve,
+           "latency": probe_latency(doc, rows, names, d["row"], d["x"]),
+           "price": dict(price) if price else None}
+    out["method_text"] = capacity_method(out, int(doc.get("slots") or 1))
+    return out
+
+
+def _limits_words(limits: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k[:-3].upper()} ≤ {v:g} ms" for k, v in limits.items() if v) \
+        or "no limit"
+
+
+def capacity_method(cap: Mapping[str, Any], slots: int) -> str:
+    """How the capacity was searched and when a probe passes, in words (the report's paragraph
+    above the capacity table)."""
+    s, rule = cap["search"], cap["rule"]
+    oc = "; ".join(
+        f"with {o['n']} measured requests (at least {o['least_good']} good) it passes with "
+        + ", ".join(f"{float(v) * 100:.0f} % at an attainment of {float(p) * 100:g} %"
+                    for p, v in o["pass_probability"].items()) if o["least_good"] is not None
+        else f"with {o['n']} measured requests it can never pass" for o in rule["oc"])
+    test = (f"a probe passes when its attainment (the share of its measured requests within "
+            f"{_limits_words(cap['limits'])}) is shown above {rule['p0'] * 100:g} % (the target "
+            f"{rule['target'] * 100:g} % less its tolerance) by a one-sided exact binomial test "
+            f"at α = {rule['alpha']:g}: at most {rule['alpha'] * 100:g} % of probes pass at "
+            f"{rule['p0'] * 100:g} %" + (f" ({oc})" if oc else ""))
+    if cap["dimension"] == "rate":
+        return (f"The highest request rate (open loop, Poisson arrivals, a fresh seeded draw per "
+                f"probe) that a probe sustains, searched in every round on each rung's server. "
+                f"Each probe is sized by its server's own service time (prefill + decode of one "
+                f"request with all {slots} slot(s) busy, measured at its warm-up): the first "
+                f"{s['warmup_services']:g} service times of arrivals are a warm-up, sent and "
+                f"kept but never judged, then at least {s['measure_services']:g} service times "
+                f"of arrivals are measured; a probe that would take over {s['probe_max_s']:g} s "
+                f"is not run (that rate is untestable within the bound and counts as not "
+                f"passed). {test[0].upper() + test[1:]}; and only with a flat backlog: its "
+                f"measured window's departures not significantly fewer than its arrivals "
+                f"(Poisson, α = {rule['alpha']:g}) and the requests in the system grown by no "
+                f"more than the slots from its first quarter to its last. A probe whose client "
+                f"fell behind its schedule is set aside and run again. The search doubles from "
+                f"{s['start_rps']:g}/s (halving if it fails, down to {s['min_rps']:g}/s; up to "
+                f"{s['max_rps']:g}/s), then bisects the bracket {s['bisect']} time(s), so a "
+                f"round's capacity is resolved to {cap['resolution']:.2f}x"
+                + (" (a later round starts at the rung's earlier capacity and walks 1, 2, 4, "
+                   "... steps of that grid until a rate passes and the next fails, then "
+                   "bisects)" if s.get("warm_start") else "")
+                + "; the interval is the rounds' t-interval widened by that resolution, and "
+                  "every comparison's interval and test carry it too.")
+    return (f"The most concurrent streams (closed loop: each client sends its next request when "
+            f"its last one finished) a probe sustains, on the same server with its {slots} "
+            f"slot(s) (streams beyond them queue there, as in vLLM's max-concurrency sweeps): a "
+            f"probe of n streams discards its first wave (n requests arriving at once) and "
+            f"measures at least {int(s['waves']) - 1} x n more; {test}. Searched in every round: "
+            f"1, 2, 4, ... streams up to {s['max_streams']} until one fails, then bisected to "
+            f"one stream" + (" (a later round starts at the rung's earlier capacity)"
+                             if s.get("warm_start") else "")
+            + ". k streams passing and k + 1 failing puts the capacity in [k, k + 1): every "
+              "interval and comparison carries that step (widest at the smallest count). "
+              "Output tok/s and the cost are what the passing probes at the capacity measured.")
+
+
+def probe_rule(spec: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], key: str
+               ) -> dict[str, Any]:
+    """The probes' pass rule and its error rates (``planning/steady``): the attainment test's
+    null (target - tolerance), its α, and its pass probability at the null, the target and
+    above, for the fewest and the most measured requests any probe had."""
+    p0, alpha = steady.p0_of(spec), float(spec["alpha"])
+    ns = sorted({int(p["requests"]) for r in rows for p in r[key]["probes"]
+                 if p.get("testable", True) and p.get("requests")})
+    hi = min(0.999, float(spec["target"]) + float(spec["tolerance"]))
+    at = [p0, float(spec["target"]), hi]
+    oc = [{"n": n, "least_good": steady.least_good(n, p0, alpha),
+           "pass_probability": {f"{p:.3g}": steady.pass_probability(n, p, p0, alpha)
+                                for p in at}} for n in ns[:1] + ns[-1:] if n] if ns else []
+    return {"target": spec["target"], "tolerance": spec["tolerance"], "alpha": alpha,
+            "p0": p0, "oc": oc[:1] if len(ns) == 1 else oc}
+
+
+def attainment_at(curve: Sequence[Mapping[str, Any]], estimate: float | None, x: str,
+                  p0: float) -> dict[str, Any] | None:
+    """The pooled attainment (every probe of every round, passed or not) at the probed value
+    nearest the capacity estimate from below, with its Wilson interval; ``holds``: its lower
+    bound reaches target - tolerance (issue 59's check that a capacity is what it claims)."""
+    if not estimate:
+        return None
+    below = [pt for pt in curve if pt[x] <= estimate * (1 + 1e-6) and pt["requests"]]
+    if not below:
+        return None
+    pt = max(below, key=lambda q: q[x])
+    holds = bool(pt["ci"] and pt["ci"][0] >= p0 - 1e-12)
+    unit = "/s" if x == "rate" else " streams"
+    text = (f"{pt['attainment'] * 100:.0f} % ({pt['ci'][0] * 100:.0f}-{pt['ci'][1] * 100:.0f} %)"
+            f" of {pt['requests']} at {pt[x]:.3g}{unit}") if pt["ci"] else "-"
+    if not holds:
+        text += f" (**its lower bound is under {p0 * 100:g} %**)"
+    return {**pt, "holds": holds, "text": text}
+
+
+def probe_counts(rows: Sequence[Mapping[str, Any]], key: str) -> dict[str, int]:
+    """A rung's probes: run (and judged), not run (untestable within probe_max_s), discarded
+    (the client fell behind; each re-run) and failed for a growing backlog alone."""
+    probes = [p for r in rows for p in r[key]["probes"]]
+    return {"judged": sum(1 for p in probes if p.get("testable", True)
+                          and not p.get("discarded")),
+            "untestable": sum(1 for p in probes if p.get("testable") is False),
+            "discarded": sum(1 for p in probes if p.get("discarded")),
+            "backlog": sum(1 for p in probes if not p.get("discarded")
+                           and (p.get("judged") or {}).get("why") in ("departures", "backlog"))}
+
+
+def probe_latency(doc: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
+                  names: Sequence[str], key: str, x: str) -> list[dict[str, Any]]:
+    """Per rung and probed value: p50/p99 TTFT and TPOT over the measured requests of every
+    judged probe at it (warm-ups and discarded probes left out), beside its attainment and how
+    many of its probes passed."""
+    out = []
+    limits = doc["spec"]["limits"]
+    for n in names:
+        by_x: dict[float, list[tuple[Mapping[str, Any], Mapping[str, Any]]]] = {}
+        for r in rows:
+            if r["rung"] != n:
+                continue
+            for i, p in enumerate(r[key]["probes"]):
+                if p.get("testable", True) and not p.get("discarded"):
+                    by_x.setdefault(float(f"{p[x]:.4g}"), []).append((r, {**p, "index": i}))
+        for v in sorted(by_x):
+            got = by_x[v]
+            recs = [q for r, p in got for q in doc["requests"]
+                    if (q["rung"], q["round"], q.get("attempt"), q["level"], q.get("probe"))
+                    == (r["rung"], r["round"], r.get("attempt"), p["level"], p["index"])
+                    and q.get("window") == "measured"]
+            sm = load_client.summarize(recs, 1.0, limits) if recs else {}
+            out.append({"rung": n, x: v, "probes": len(got),
+                        "passed": sum(1 for _, p in got if p["passed"]),
+                        "requests": len(recs), "good": sm.get("good"),
+                        **{k: sm.get(k) for k in ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms",
+                                                  "tpot_p99_ms")}})
+    return out
 
 
 def censored_words(entry: Mapping[str, Any]) -> str:
@@ -415,6 +555,8 @@ def attainment_curve(rows: Sequence[Mapping[str, Any]], names: Sequence[str],
             if r["rung"] != n:
                 continue
             for p in r[d["row"]]["probes"]:
+                if p.get("testable") is False or p.get("discarded"):
+                    continue  # never run, or set aside (its client fell behind)
                 k = float(f"{p[d['x']]:.4g}")
                 got = by_x.setdefault(k, [0, 0])
                 got[0] += int(p["good"])
@@ -436,8 +578,10 @@ def capacity_sentences(cap: Mapping[str, Any] | None) -> list[str]:
     request rate within the SLO (...)"), after the run's multiplicity step."""
     if not cap:
         return []
-    limits = ", ".join(f"{k[:-3].upper()} ≤ {v:g} ms" for k, v in cap["limits"].items() if v)
-    slo = f"{cap['target'] * 100:g} % of requests within {limits or 'no limit'}"
+    rule = cap.get("rule") or {}
+    slo = (f"an attainment shown above {rule['p0'] * 100:g} % (target {cap['target'] * 100:g} %)"
+           if rule else f"{cap['target'] * 100:g} % of requests") + \
+        f" within {_limits_words(cap['limits'])}"
     out = []
     for comp in cap["cell"]["vs_floor"] + [s for s in cap["cell"]["steps"]
                                            if s not in cap["cell"]["vs_floor"]]:

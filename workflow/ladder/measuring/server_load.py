@@ -31,6 +31,7 @@ from ladder.core.watch import Watch, process_cpu_s
 from ladder.measuring import harness, load_client
 from ladder.measuring.harness import Attempt, Cell, Outcome, Paths, Policy, cell_seed
 from ladder.measuring.llama_server import PortTaken, Server, llama_server
+from ladder.planning import steady
 
 FORMAT = "ladder-serving-load/1"
 METHOD = ("llama-server (--metrics) per rung and round on the cell's CPU set, warmed with one "
@@ -99,11 +100,12 @@ def _found(key: str, lo: float | None, hi: float | None, hint: float | None
 
 def search_capacity(attains: Callable[[float], bool], *, start: float, min_rate: float,
                     max_rate: float, bisect: int, hint: float | None = None) -> dict[str, Any]:
-    """The highest request rate whose probe ``attains(rate)`` (SLO attainment at or above the
-    target), on the grid start x 2^(k / 2^bisect) between the powers of two (times ``start``)
+    """The highest request rate whose probe ``attains(rate)`` (passes ``planning/steady``'s
+    rule), on the grid start x 2^(k / 2^bisect) between the powers of two (times ``start``)
     nearest inside [min_rate, max_rate]. A first search (``hint`` None) doubles from ``start``
     (or halves, if ``start`` fails) until one rate passes and the next fails, then bisects that
-    bracket ``bisect`` times (guidellm's and vLLM's SLA sweeps search the same way). A later
+    bracket ``bisect`` times (not vLLM's or guidellm's sweeps: docs/serving-under-load.md
+    says how they differ and why). A later
     round starts at ``hint`` (the rung's capacity in its earlier rounds) and walks one grid step,
     then two, four, ... until the bracket is found, then bisects it: the same grid, so the same
     resolution, in two probes when the capacity held. The capacity is the highest rate that
@@ -177,7 +179,8 @@ def run_level(srv: Server, lv: Mapping[str, Any], cfg: Mapping[str, Any], seed: 
                                    decided=decided)
     elif lv["kind"] == "open":
         work = load_client.open_loop(srv.url, lv["level"], body, rate=lv["rate"],
-                                 requests=cfg["requests"], seed=cell_seed(seed, "arrivals"),
+                                 requests=cfg["requests"],
+                                 seed=lv.get("arrivals_seed", cell_seed(seed, "arrivals")),
                                  timeout_s=timeout, max_s=max_s,
                                  burstiness=cfg.get("burstiness", 1.0), decided=decided)
     else:
@@ -235,9 +238,9 @@ class Load(harness.ModelExperiment):
                               args=[*at.rung["common_argv"], "--metrics",
                                     *cfg.get("server_args", [])],
                               ready_timeout_s=cfg["ready_timeout_s"]) as srv:
-                seen = self.warm_up(srv, seed)
+                seen, service_s = self.warm_up(srv, seed)
                 try:
-                    self.levels(srv, seed, hints, got, seen)
+                    self.levels(srv, seed, hints, got, (seen, service_s))
                 finally:
                     cpu_s = process_cpu_s(srv.pid)
             out.note = ", ".join(
@@ -265,30 +268,39 @@ class Load(harness.ModelExperiment):
         finally:
             os.sched_setaffinity(0, before)
 
-    def warm_up(self, srv: Server, seed: int) -> list[int] | None:
-        """One request per slot; the CPUs the server's threads may run on."""
+    def warm_up(self, srv: Server, seed: int) -> tuple[list[int] | None, float | None]:
+        """Two waves of one full request per slot; the CPUs the server's threads may run on and
+        its service time: the mean prefill + decode time (its own timings) of the second
+        wave's requests, every slot busy (what a capacity probe's window is sized by,
+        ``steady.window``)."""
         slots = slots_for(self.cfg)
-        warm = {**self.cfg, "requests": slots, "n_gen": min(2, self.cfg["n_gen"])}
+        warm = {**self.cfg, "requests": 2 * slots}
         wreqs, _, _ = run_level(srv, {"level": "warmup", "kind": "closed",
                                       "concurrency": slots}, warm, seed)
         if any(r.status != "ok" for r in wreqs):
             raise LadderError("warmup failed: " + "; ".join(
                 str(r.error) for r in wreqs if r.status != "ok"))
-        return sorted({c for cs in task_cpus(srv.pid).values() for c in cs}) or None
+        times = [float(t["prompt_ms"]) + float(t["predicted_ms"]) for r in wreqs[slots:]
+                 for t in [r.timings or {}] if t.get("prompt_ms") is not None
+                 and t.get("predicted_ms") is not None]
+        service_s = sum(times) / len(times) / 1000.0 if times else None
+        return sorted({c for cs in task_cpus(srv.pid).values() for c in cs}) or None, service_s
 
     def levels(self, srv: Server, seed: int, hints: Mapping[str, Any], got: dict[str, Any],
-               seen: list[int] | None) -> None:
+               warm: tuple[list[int] | None, float | None]) -> None:
         """The levels in a fresh order per round, the same for every rung of the round (its
         seed): a level run early or late (a warmer server, an agent level after its twin) is no
         longer always the same level."""
         cfg, rows, recs, metrics_seen = self.cfg, got["levels"], got["requests"], got["metrics"]
+        seen, service_s = warm
         order = list(self.plan)
         random.Random(seed).shuffle(order)
         for i, lv in enumerate(order):
             if lv["kind"] == "capacity":
                 # every probe checks the server is alive (``_probe``)
-                row, records = _capacity(srv, lv, cfg, seed, metrics_seen, hints)
-                rows.append({**row, "position": i, "cpus_seen": seen})
+                row, records = _capacity(srv, lv, cfg, seed, metrics_seen, hints, service_s)
+                rows.append({**row, "position": i, "cpus_seen": seen,
+                             "service_ms": None if service_s is None else service_s * 1000})
                 recs += records
                 continue
             reqs, duration, mseen = run_level(srv, lv, cfg, seed)
@@ -342,26 +354,26 @@ def _client_cpus(server_cpus: Sequence[int] | None) -> list[int] | None:
 
 
 def _capacity(srv: Server, lv: Mapping[str, Any], cfg: Mapping[str, Any], seed: int,
-              metrics_seen: dict[str, Any], hints: Mapping[str, Any]
+              metrics_seen: dict[str, Any], hints: Mapping[str, Any], service_s: float | None
               ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """This round's capacity searches on a running server: the request rate
-    (``search_capacity``; every probe an open-loop level at its rate, the load's arrivals and
-    burstiness) and, with ``capacity.max_streams``, the concurrent streams
-    (``search_concurrency``; every probe a closed-loop level of that many clients). ``hints``:
-    this rung's capacities in its earlier rounds, where a later round's searches start
+    (``search_capacity``; every probe an open-loop level at its rate, sized by the server's
+    service time and judged by ``steady``'s rule: ``_rate_probe``) and, with
+    ``capacity.max_streams``, the concurrent streams (``search_concurrency``; every probe a
+    closed-loop level of that many clients: ``_stream_probe``). ``hints``: this rung's
+    capacities in its earlier rounds, where a later round's searches start
     (``capacity.warm_start``). Every probe's summary and requests are kept."""
     cap = cfg["capacity"]
+    if service_s is None:
+        raise LadderError("capacity: the warm-up's requests carried no server timings "
+                          "(prompt_ms, predicted_ms), so no probe can be sized")
     records: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     rate_probes: list[dict[str, Any]] = []
+    kept = (rate_probes, records, metrics_seen)
 
     def at_rate(rate: float) -> bool:
-        # long enough to be sustained: a short burst is absorbed by any queue, so a probe
-        # offers its rate for at least probe_s seconds (and at least `requests` requests)
-        return _probe(srv, cfg, seed, {"level": f"capacity@{rate:.4g}", "kind": "open",
-                                       "rate": rate},
-                      probe_requests(rate, int(cap["requests"]), float(cap["probe_s"])),
-                      (rate_probes, records, metrics_seen))
+        return _rate_probe(srv, cfg, seed, steady.window(rate, service_s, cap), kept)
 
     found = search_capacity(at_rate, start=float(cap["start_rps"]),
                             min_rate=float(cap["min_rps"]), max_rate=float(cap["max_rps"]),
@@ -375,12 +387,7 @@ def _capacity(srv: Server, lv: Mapping[str, Any], cfg: Mapping[str, Any], seed: 
         stream_probes: list[dict[str, Any]] = []
 
         def at_streams(n: int) -> bool:
-            # every client sends `waves` requests in turn: the first wave arrives at once,
-            # the later ones see the queue a steady load of n streams keeps
-            return _probe(srv, cfg, seed, {"level": f"capacity@c{n}", "kind": "closed",
-                                           "concurrency": n},
-                          max(int(cap["requests"]), int(cap["waves"]) * n),
-                          (stream_probes, records, metrics_seen))
+            return _stream_probe(srv, cfg, seed, n, (stream_probes, records, metrics_seen))
 
         streams = search_concurrency(at_streams, max_streams=int(cap["max_streams"]),
                                      hint=hints.get("concurrency"))
@@ -390,42 +397,118 @@ def _capacity(srv: Server, lv: Mapping[str, Any], cfg: Mapping[str, Any], seed: 
     return row, records
 
 
-def _probe(srv: Server, cfg: Mapping[str, Any], seed: int, level: dict[str, Any], n: int,
-           kept: tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]) -> bool:
-    """One capacity probe of ``n`` requests: passed when the share of them within every limit
-    of ``load.limits`` reaches ``capacity.target``; it ends once it can no longer pass. Its
-    summary, its requests and its /metrics samples go to ``kept`` (probes, records,
-    metrics)."""
+Kept = tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]
+PROBE_KEYS = ("achieved_rate_rps", "requests_per_s", "output_tokens_per_s", "send_lag_p99_ms",
+              "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms")
+
+
+def _rate_probe(srv: Server, cfg: Mapping[str, Any], seed: int, win: steady.Window,
+                kept: Kept) -> bool:
+    """One rate probe (``steady``): not run when it would need more than ``probe_max_s``;
+    else ``win.n_warm + win.n`` Poisson arrivals, an independent draw per probe (seeded by the
+    round and the probe's place in it, recorded), ending early once the measured requests'
+    misses can no longer pass; a probe whose client fell behind its schedule (p99 send lag
+    over ``send_lag_gaps`` mean gaps) is discarded, kept as such, and run again, at most
+    ``reruns`` times."""
     probes, records, metrics_seen = kept
-    # a probe passes with at most this many requests outside the limits; one more decides it
-    allowed = n - math.ceil(float(cfg["capacity"]["target"]) * n - 1e-9)
-    missed: dict[int, bool] = {}  # each finished request judged once, as it finishes
+    cap = cfg["capacity"]
+    level = f"capacity@{win.rate:.4g}"
+    if not win.testable:
+        probes.append({"rate": win.rate, "level": level, "window": win.record(),
+                       "testable": False, "passed": False, "requests": 0, "sent": 0,
+                       "good": 0, "attainment": None, "duration_s": 0.0,
+                       "why": f"untestable: {win.total_s:.0f} s needed > probe_max_s "
+                              f"{float(cap['probe_max_s']):g} s"})
+        return False
+    bound_ms = float(cap["send_lag_gaps"]) * 1000.0 / win.rate
+    for attempt in range(int(cap["reruns"]) + 1):
+        arrivals = cell_seed(seed, f"arrivals/{level}/{len(probes)}")
+        lv = {"level": level, "kind": "open", "rate": win.rate, "arrivals_seed": arrivals}
+        recs, summary, judged = _run_probe(srv, cfg, seed, lv, win, metrics_seen)
+        lag = summary.get("send_lag_p99_ms")
+        behind = lag is not None and lag > bound_ms
+        probes.append({"rate": win.rate, "level": level, "window": win.record(),
+                       "testable": True, "arrivals_seed": arrivals, "attempt": attempt,
+                       **_probe_brief(summary, judged, win.n),
+                       "discarded": f"client behind: p99 send lag {lag:.0f} ms > "
+                                    f"{bound_ms:.0f} ms" if behind else None})
+        probes[-1]["passed"] = bool(judged["passed"]) and not behind
+        for r in recs:
+            r["probe"] = len(probes) - 1
+            if behind:
+                r["discarded"] = True
+        records.extend(recs)
+        if not behind:
+            return bool(judged["passed"])
+    return False
+
+
+def _stream_probe(srv: Server, cfg: Mapping[str, Any], seed: int, n: int, kept: Kept) -> bool:
+    """One concurrency probe of ``n`` streams: the first wave (every stream's first request,
+    arriving at once) is the warm-up; then enough requests for the attainment test
+    (``steady.fewest``, at least ``waves - 1`` more waves), judged by its rule (a closed loop's
+    backlog cannot grow past its streams: no flatness test)."""
+    probes, records, metrics_seen = kept
+    cap = cfg["capacity"]
+    p0, alpha = steady.p0_of(cap), float(cap["alpha"])
+    m = steady.efficient_n(max(steady.fewest(cap), (int(cap["waves"]) - 1) * n), p0, alpha)
+    win = steady.Window(rate=0.0, service_s=0.0, n_warm=n, n=m,
+                        least=steady.least_good(m, p0, alpha) or m, warm_s=0.0, measure_s=0.0,
+                        total_s=0.0, testable=True)
+    lv = {"level": f"capacity@c{n}", "kind": "closed", "concurrency": n}
+    recs, summary, judged = _run_probe(srv, cfg, seed, lv, win, metrics_seen, closed=True)
+    probes.append({"concurrency": n, "level": lv["level"], "window": win.record(),
+                   **_probe_brief(summary, judged, m)})
+    for r in recs:
+        r["probe"] = len(probes) - 1
+    records.extend(recs)
+    return bool(judged["passed"])
+
+
+def _run_probe(srv: Server, cfg: Mapping[str, Any], seed: int, lv: dict[str, Any],
+               win: steady.Window, metrics_seen: dict[str, Any], closed: bool = False
+               ) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    """Send the probe, ending it once its measured requests' misses exceed what the test
+    allows; its records (each marked warm-up or measured), the measured window's summary and
+    the verdict (``steady.judge``)."""
+    allowed = win.n - win.least
+    missed: dict[int, bool] = {}  # each finished measured request judged once
 
     def decided(reqs: Sequence[load_client.Request]) -> bool:
         for r in reqs:
-            if r.index not in missed and r.status not in ("pending", "not sent"):
+            if r.index >= win.n_warm and r.index not in missed \
+                    and r.status not in ("pending", "not sent"):
                 missed[r.index] = not load_client.meets(
                     {"status": r.status, **load_client.metrics(r)}, cfg["limits"])
         return sum(missed.values()) > allowed
 
-    reqs, duration, mseen = run_level(srv, level, {**cfg, "requests": n}, seed, decided)
+    reqs, duration, mseen = run_level(srv, lv, {**cfg, "requests": win.n_warm + win.n}, seed,
+                                      decided)
     recs = [r.record() for r in reqs]
-    summary = load_client.summarize(recs, duration, cfg["limits"])
-    metrics_seen[level["level"]] = mseen
-    records.extend(recs)
-    sent = summary["requests"] - summary["not_sent"]
-    passed = summary["good"] >= n - allowed
-    probes.append({**{k: level[k] for k in ("rate", "concurrency") if k in level},
-                   "level": level["level"], "requests": summary["requests"], "sent": sent,
-                   "good": summary["good"],
-                   # over the requests sent: a probe ended once it could no longer pass
-                   "attainment": summary["good"] / sent if sent else 0.0, "passed": passed,
-                   "duration_s": duration, **{k: summary[k] for k in (
-                       "achieved_rate_rps", "requests_per_s", "output_tokens_per_s",
-                       "send_lag_p99_ms", "ttft_p99_ms", "tpot_p99_ms")}})
+    for r in recs:
+        r["window"] = "warmup" if r["index"] < win.n_warm else "measured"
+    good = [load_client.meets(r, cfg["limits"]) for r in recs]
+    judged = steady.judge(recs, good, win, cfg["capacity"], slots_for(cfg), closed=closed)
+    # the measured window's throughput: its requests over the span from the first one sent to
+    # the last one finished
+    meas = [r for r in recs if r["window"] == "measured"]
+    sent = [r["sent_s"] for r in meas if r.get("sent_s") is not None]
+    ends = [r["end_s"] for r in meas if r.get("end_s") is not None]
+    span = max(ends) - min(sent) if sent and ends else duration
+    summary = load_client.summarize(meas, span, cfg["limits"])
+    metrics_seen[lv["level"]] = mseen
     if not alive(srv.pid):
-        raise LadderError(f"llama-server died during the capacity probe {level['level']}")
-    return passed
+        raise LadderError(f"llama-server died during the capacity probe {lv['level']}")
+    return recs, {**summary, "duration_s": duration}, judged
+
+
+def _probe_brief(summary: Mapping[str, Any], judged: Mapping[str, Any], n: int
+                 ) -> dict[str, Any]:
+    """A probe's row: its verdict, the measured window's counts and latencies."""
+    return {"requests": n, "sent": judged["measured_sent"], "good": judged["good"],
+            "attainment": judged["attainment"], "passed": bool(judged["passed"]),
+            "judged": dict(judged), "duration_s": summary["duration_s"],
+            **{k: summary.get(k) for k in PROBE_KEYS}}
 
 
 def capacity_hints(found: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -440,12 +523,6 @@ def capacity_hints(found: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             mid = float(statistics.median(vals))
             out[dim] = int(round(mid)) if dim == "concurrency" else mid
     return out
-
-
-def probe_requests(rate: float, least: int, seconds: float) -> int:
-    """A capacity probe's requests: its arrivals span at least ``seconds`` at ``rate`` (the
-    sends span (n - 1) / rate), and at least ``least`` of them."""
-    return max(int(least), math.ceil(rate * float(seconds)) + 1)
 
 
 def _rps(row: Mapping[str, Any]) -> str:
