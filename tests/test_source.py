@@ -45,6 +45,26 @@ def test_git_source_checks_out_the_pinned_commit(upstream, tmp_path):
     assert not (tmp_path / "src" / "tree" / "NEWS").exists()  # the older commit, not HEAD
 
 
+def test_a_local_repository_lends_its_objects_instead_of_packing_them(upstream, tmp_path):
+    """A repository on this machine (a path or a file:// URL: a bisect's history, a local
+    checkout) is borrowed through git's alternates: nothing is packed and copied (a depth-1
+    fetch of llama.cpp's tree from a local path took ~11 s a source in CI's bisects), the tree
+    is the same commit's."""
+    repo, first = upstream
+    for i, url in enumerate((str(repo), f"file://{repo}")):
+        work = tmp_path / f"src{i}"
+        out = work / "source.json"
+        source.fetch({"kind": "git", "url": url, "commit": first}, work, tmp_path / "dl", out)
+        tree = work / "tree"
+        assert read_json(out)["upstream_commit"] == first
+        assert (tree / "CMakeLists.txt").exists() and not (tree / "NEWS").exists()
+        alternates = tree / ".git" / "objects" / "info" / "alternates"
+        assert alternates.read_text().strip() == str((repo / ".git" / "objects").resolve())
+        assert not list((tree / ".git" / "objects" / "pack").glob("*.pack"))
+    assert source.local_objects("https://github.com/ggml-org/llama.cpp") is None
+    assert source.local_objects(str(tmp_path / "no-such-repo")) is None
+
+
 def test_git_unknown_commit_is_a_named_error(upstream, tmp_path):
     repo, _ = upstream
     cfg = {"kind": "git", "url": str(repo), "commit": "f" * 40}

@@ -226,6 +226,18 @@ def _git(*args: str, cwd: Path | None = None) -> str:
     return res.stdout.strip()
 
 
+def local_objects(url: str) -> Path | None:
+    """The object store of a repository on this machine (a path or a file:// URL), or None
+    (a remote URL, or a path that is no repository)."""
+    path = url[len("file://"):] if url.startswith("file://") else url
+    if "://" in path or not Path(path).is_dir():
+        return None
+    res = subprocess.run(["git", "-C", path, "rev-parse", "--path-format=absolute",
+                          "--git-common-dir"], capture_output=True, text=True, check=False)
+    objects = Path(res.stdout.strip()) / "objects" if res.returncode == 0 else None
+    return objects if objects is not None and objects.is_dir() else None
+
+
 def fetch_git(source: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
     url, commit = source["url"], str(source["commit"]).lower()
     root = workdir / "tree"
@@ -234,11 +246,20 @@ def fetch_git(source: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
     root.mkdir(parents=True)
     _git("init", "-q", str(root))
     _git("remote", "add", "origin", url, cwd=root)
-    try:
-        _git("fetch", "-q", "--depth", "1", "origin", commit, cwd=root)
-    except LadderError:
-        # Servers that refuse fetch-by-SHA: take everything, then look for the commit.
-        _git("fetch", "-q", "origin", "+refs/*:refs/remotes/origin/*", cwd=root)
+    objects = local_objects(url) if shutil.which("git") else None
+    if objects is not None and subprocess.run(
+            ["git", "--git-dir", str(objects.parent), "cat-file", "-e", f"{commit}^{{commit}}"],
+            capture_output=True, check=False).returncode == 0:
+        # a repository on this machine that has the commit: its objects are borrowed (git's
+        # alternates), not packed and copied (a depth-1 fetch of a llama.cpp tree from a local
+        # path took ~11 s a source); the checkout below writes the same files
+        (root / ".git" / "objects" / "info" / "alternates").write_text(f"{objects}\n")
+    else:
+        try:
+            _git("fetch", "-q", "--depth", "1", "origin", commit, cwd=root)
+        except LadderError:
+            # Servers that refuse fetch-by-SHA: take everything, then look for the commit.
+            _git("fetch", "-q", "origin", "+refs/*:refs/remotes/origin/*", cwd=root)
     _git("checkout", "-q", "--detach", commit, cwd=root)
     head = _git("rev-parse", "HEAD", cwd=root)
     if head != commit:
