@@ -457,6 +457,35 @@ def test_levels_slots_and_context_follow_the_config():
     assert math.isclose(load_client.arrival_schedule(0.5, 2, 1)[0], 0.0)
 
 
+def test_a_request_mix_draws_seeded_lengths_around_the_stated_means():
+    """Issue 59, item 5: lognormal prompt and output lengths per request (seeded: the same
+    request index draws the same lengths), their means near n_prompt / n_gen, every length in
+    [1, max_factor x the mean], the slots' context holding the longest; kind fixed keeps
+    32 / 8 exactly."""
+    mix = {"kind": "lognormal", "prompt_cv": 0.5, "output_cv": 0.5, "max_factor": 3}
+    cfg = {"concurrency": [2], "n_prompt": 32, "n_gen": 8, "mix": mix}
+    body = server_load._body(cfg, 11)
+    got = [(len(body(i)["prompt"]), body(i)["n_predict"]) for i in range(2000)]
+    assert got[:5] == [(len(body(i)["prompt"]), body(i)["n_predict"]) for i in range(5)]
+    prompts, outs = np.array([a for a, _ in got]), np.array([b for _, b in got])
+    assert abs(prompts.mean() - 32) < 1.5 and abs(outs.mean() - 8) < 0.5
+    assert 0.4 < prompts.std() / prompts.mean() < 0.6
+    assert prompts.min() >= 1 and prompts.max() <= 96 and outs.max() <= 24
+    assert server_load.ctx_for(cfg) == 2 * (96 + 24 + 16)
+    fixed = server_load._body({**cfg, "mix": {"kind": "fixed"}}, 11)
+    assert {(len(fixed(i)["prompt"]), fixed(i)["n_predict"]) for i in range(50)} == {(32, 8)}
+    # a level's input, output and total throughput over its completed requests
+    recs = [{"status": "ok", "prompt_tokens": 30, "n_predict": 4, "output_tokens": 4,
+             "ttft_ms": 10.0, "tpot_ms": 5.0, "e2el_ms": 30.0, "itl_ms": [], "check": None},
+            {"status": "failed", "prompt_tokens": 50, "n_predict": 4,
+             "output_tokens": 0, "ttft_ms": None, "tpot_ms": None, "e2el_ms": None,
+             "itl_ms": [], "check": None}]
+    sm = load_client.summarize(recs, 2.0, {"ttft_ms": None})
+    assert (sm["input_tokens_per_s"], sm["output_tokens_per_s"], sm["total_tokens_per_s"]) == \
+        (15.0, 2.0, 17.0)
+    assert sm["prompt_tokens_mean"] == 40.0
+
+
 def test_a_rounds_percentile_prints_with_its_interval_or_its_failures():
     from ladder.reporting.render import _fmt_ms_ci
 

@@ -128,7 +128,7 @@ def summarize_load(doc: Mapping[str, Any], plan: Mapping[str, Any],
     if cap:
         cap["checks"] = saturation_checks(doc, table, cap)
     return {"experiment": "load", "threads": doc["threads"], "quant": doc["quant"],
-            "spec": doc["spec"], "slots": doc["slots"], "cpus": doc.get("cpus"),
+            "spec": doc["spec"], "mix_text": mix_words(doc), "slots": doc["slots"], "cpus": doc.get("cpus"),
             "client_cpus": doc.get("client_cpus"), "rounds": doc["rounds"],
             "table": table, "success_only": success_only(table), "cells": cells,
             "capacity": cap,
@@ -139,6 +139,22 @@ def summarize_load(doc: Mapping[str, Any], plan: Mapping[str, Any],
                                               for lv in doc["levels_planned"]) else [],
             "rung_status": doc["rungs"], "method": doc["method"],
             "definitions": DEFINITIONS}
+
+
+def mix_words(doc: Mapping[str, Any]) -> str:
+    """The request mix in words, with the mean lengths of the requests sent (every level's)."""
+    spec, mix = doc["spec"], doc["spec"].get("mix") or {}
+    recs = [r for r in doc["requests"] if r.get("prompt_tokens") is not None
+            and r.get("n_predict") is not None and r.get("turn") is None]
+    sent = (f"; sent: {sum(r['prompt_tokens'] for r in recs) / len(recs):.1f} prompt + "
+            f"{sum(r['n_predict'] for r in recs) / len(recs):.1f} output tokens on average over "
+            f"{len(recs)} requests") if recs else ""
+    if mix.get("kind", "fixed") == "fixed":
+        return f"each {spec['n_prompt']} prompt + {spec['n_gen']} output tokens{sent}"
+    return (f"prompt and output lengths drawn per request (seeded) from lognormals of mean "
+            f"{spec['n_prompt']} and {spec['n_gen']} tokens (coefficient of variation "
+            f"{mix['prompt_cv']:g} and {mix['output_cv']:g}, at most {mix['max_factor']:g}x the "
+            f"mean){sent}")
 
 
 def service_ms(doc: Mapping[str, Any], rung: str, level: str) -> float | None:
@@ -167,7 +183,15 @@ def saturation_checks(doc: Mapping[str, Any], table: Sequence[Mapping[str, Any]]
         sat = max((float(row["pooled"].get("requests_per_s") or 0) for row in closed),
                   default=0.0) or None
         light = min(closed, key=lambda row: int(row.get("concurrency") or 0), default=None)
-        svc = service_ms(doc, e["rung"], light["level"]) if light else None
+        # the service time with every slot busy, measured at each server's warm-up (what the
+        # probes are sized by); else a lone request's at the lightest closed level
+        busy = sorted(float(r["service_ms"]) for r in doc["levels"]
+                      if r["rung"] == e["rung"] and r["kind"] == "capacity"
+                      and r.get("service_ms"))
+        svc = busy[len(busy) // 2] if busy else (
+            service_ms(doc, e["rung"], light["level"]) if light else None)
+        where = ("with every slot busy, the median of its servers' warm-ups" if busy else
+                 f"at {light['level'] if light else '-'}")
         predicted = int(doc.get("slots") or 1) * 1000.0 / svc if svc else None
         above = bool(sat and e.get("estimate") and e["estimate"] > sat)
         e.update(saturation_rps=sat, service_ms=svc, predicted_rps=predicted,
@@ -175,15 +199,15 @@ def saturation_checks(doc: Mapping[str, Any], table: Sequence[Mapping[str, Any]]
         if sat is None and predicted is None:
             continue
         text = (f"`{e['rung']}`: capacity {e['estimate']:.3g} req/s" if e.get("estimate")
-                else f"`{e['rung']}`: no capacity")
+                else f"`{e['rung']}`: no capacity measured")
         parts = []
         if sat is not None:
             parts.append(f"saturation {sat:.3g} req/s (closed loop, the most any level "
                          "completed)")
         if predicted is not None:
             parts.append(f"{predicted:.3g} req/s from its server's own service time "
-                         f"({svc:.0f} ms of prefill and decode per request at "
-                         f"{light['level'] if light else '-'}, {doc.get('slots')} slot(s))")
+                         f"({svc:.0f} ms of prefill and decode per request {where}, "
+                         f"{doc.get('slots')} slot(s))")
         text += "; " + "; ".join(parts)
         if above:
             text += (": **above its saturation throughput, which no rate can be sustained "
@@ -243,8 +267,18 @@ def _capacity_value(found: Mapping[str, Any]) -> tuple[float | None, str | None]
     upper bound). Clamped into the search's range, a ratio only moves toward 1x."""
     lo, hi = found["bracket"]
     if found["bound"] == "below":
+        if untestable_below(found):
+            return None, "untestable"
         return hi, "below"
     return lo, ("above" if found["bound"] == "above" else None)
+
+
+def untestable_below(found: Mapping[str, Any]) -> bool:
+    """A search below whose every probe was untestable (``steady.window``: longer than
+    probe_max_s at the rung's service time): no rate was tested, so the capacity is unknown,
+    not below the lowest rate (a slow rung's probes are long)."""
+    probes = found.get("probes") or []
+    return bool(probes) and all(p.get("testable") is False for p in probes)
 
 
 def _at_capacity(found: Mapping[str, Any], dim: str) -> float | None:
@@ -278,13 +312,14 @@ def _rung_capacity(name: str, rows: Sequence[Mapping[str, Any]], spec: Mapping[s
     est = stats.ratio_ci(values, conf, grid_sd=grid_sd(step, 1))
     below = sum(x["censored"] == "below" for x in rounds)
     above = sum(x["censored"] == "above" for x in rounds)
+    untestable = sum(x["censored"] == "untestable" for x in rounds)
     entry: dict[str, Any] = {
         "rung": name, "rounds": rounds, "estimate": est.estimate,
         # a round below the search has no lower bound, one at its top no upper bound; the
         # true capacities lie up to a grid step above what passed
         "lo": est.lo if not below else None,
         "hi": est.hi * math.exp(step) if est.hi is not None and not above else None,
-        "n": est.n, "censored": {"below": below, "above": above}}
+        "n": est.n, "censored": {"below": below, "above": above, "untestable": untestable}}
     entry["text"] = _capacity_text(entry, spec, dim)
     if not est.estimate:
         return entry
@@ -339,6 +374,7 @@ def capacity(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
               "threads": doc["threads"], "samples": samples,
               "workload_spec": {"n_prompt": doc["spec"]["n_prompt"], "n_gen": 0}}
     cell = stats.summarize(pseudo, ladder, control, twin, stats_cfg, confidence=conf)
+    _aa_on_the_grid(cell, pseudo, stats_cfg, res)
     words = {e["rung"]: censored_words(e) for e in per_rung}
     by_rung = {e["rung"]: [x[d["value"]] for x in e["rounds"] if x[d["value"]]]
                for e in per_rung}
@@ -434,6 +470,28 @@ def capacity_method(cap: Mapping[str, Any], slots: int) -> str:
               "Output tok/s and the cost are what the passing probes at the capacity measured.")
 
 
+def _aa_on_the_grid(cell: dict[str, Any], pseudo: Mapping[str, Any],
+                    stats_cfg: Mapping[str, Any], res: float) -> None:
+    """The A/A pair's interval and check carry the grid's step too (their equal readings
+    gave a zero-width interval: issue 59, item 3), as every comparison's does."""
+    nf = cell.get("noise_floor") or {}
+    ct = nf.get("control_vs_twin")
+    if not ct or len(ct.get("per_round") or []) < 2:
+        return
+    values = [float(x["tokens_per_s"]) for x in pseudo["samples"]
+              if x["rung"] in (nf["control"], nf["twin"])]
+    step = grid_step(values, res)
+    if step <= 0:
+        return
+    r = stats.ratio_ci(ct["per_round"], ct["confidence"], stats.cell_factor(pseudo, stats_cfg),
+                       grid_sd(step))
+    aa = stats.aa_figures(r, nf["threshold"])
+    nf.update(control_vs_twin=asdict(r), aa=aa, control_check=stats.control_check(r),
+              floor=aa["smallest_callable"] if aa else None,
+              text=wording.aa_text(aa, nf["control"], nf["twin"]) + " (the search's grid "
+              "carried)")
+
+
 def probe_rule(spec: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], key: str
                ) -> dict[str, Any]:
     """The probes' pass rule and its error rates (``planning/steady``): the attainment test's
@@ -517,7 +575,8 @@ def censored_words(entry: Mapping[str, Any]) -> str:
     """"`floor` below the search (0.125/s) in 2 of 3 rounds", or "" when no round was."""
     c, n = entry["censored"], len(entry["rounds"])
     words = [f"{k} of {n} round(s) {what}" for k, what in
-             ((c["below"], "below the search"), (c["above"], "at the search's top")) if k]
+             ((c["below"], "below the search"), (c["above"], "at the search's top"),
+              (c.get("untestable", 0), "untestable within probe_max_s")) if k]
     return f"`{entry['rung']}` " + " and ".join(words) if words else ""
 
 
@@ -525,15 +584,20 @@ def _capacity_text(entry: Mapping[str, Any], spec: Mapping[str, Any], dim: str =
                    ) -> str:
     """"2.38 (2.38-2.83)"; "≥ 16 (every round at the search's top)"; "< 0.125 (...)"."""
     est, lo, hi = entry["estimate"], entry["lo"], entry["hi"]
-    if est is None:
-        return "-"
     c, n = entry["censored"], len(entry["rounds"])
+    if est is None:
+        return (f"untestable (every round's probes would take over {spec['probe_max_s']:g} s "
+                "at its service time: not measured)") if c.get("untestable") else "-"
     if c["above"] == n:
         return f"≥ {float(spec[DIMS[dim]['top']]):.3g} (every round at the search's top)"
     if c["below"] == n:
         return f"< {est:.3g} (every round below the search)"
     if lo is None and hi is None:
         return f"{est:.3g} (rounds below and at the top of the search: no interval)"
+    if c.get("untestable"):
+        # the rounds measured only: a round that could not be tested is no reading
+        return (f"{est:.3g} ({lo or est:.3g}-{hi or est:.3g}; {c['untestable']} of {n} "
+                "round(s) untestable within probe_max_s, left out)")
     if lo is None:
         return f"{est:.3g} (up to {hi:.3g}; {c['below']} round(s) below the search)"
     if hi is None:

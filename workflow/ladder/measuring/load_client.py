@@ -354,8 +354,19 @@ def summarize(records: Sequence[Mapping[str, Any]], duration_s: float,
     for q in PERCENTILES:
         out[f"itl_p{q}_ms"] = _pct(itl, q)
     out_tokens = sum(r["output_tokens"] for r in ok)
+    in_tokens = sum(r.get("prompt_tokens") or 0 for r in ok)
     out["output_tokens"] = out_tokens
+    out["input_tokens"] = in_tokens
     out["output_tokens_per_s"] = out_tokens / duration_s if duration_s > 0 else None
+    # input and total throughput, as vLLM's and guidellm's users read them (completed requests)
+    out["input_tokens_per_s"] = in_tokens / duration_s if duration_s > 0 else None
+    out["total_tokens_per_s"] = (in_tokens + out_tokens) / duration_s if duration_s > 0 else None
+    sent_lengths = [(r["prompt_tokens"], r["n_predict"]) for r in records
+                    if r.get("prompt_tokens") is not None and r.get("n_predict") is not None]
+    out["prompt_tokens_mean"] = (sum(a for a, _ in sent_lengths) / len(sent_lengths)
+                                 if sent_lengths else None)
+    out["output_tokens_mean"] = (sum(b for _, b in sent_lengths) / len(sent_lengths)
+                                 if sent_lengths else None)
     out["requests_per_s"] = len(ok) / duration_s if duration_s > 0 else None
     good = [r for r in ok if meets(r, limits)]
     out["good"] = len(good)

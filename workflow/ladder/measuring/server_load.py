@@ -152,16 +152,47 @@ def slots_for(cfg: Mapping[str, Any]) -> int:
 def ctx_for(cfg: Mapping[str, Any]) -> int:
     """-c: every slot holds the longest request (llama-server splits -c among slots)."""
     agent = cfg.get("agent") or {}
-    per = cfg["n_prompt"] + cfg["n_gen"]
+    per = sum(longest(cfg))
     if agent.get("enabled"):
         per = max(per, agent["turns"] * (agent["turn_tokens"] + agent["n_gen"]))
     return slots_for(cfg) * (per + 16)
 
 
+def longest(cfg: Mapping[str, Any]) -> tuple[int, int]:
+    """The longest prompt and output a request can have (``lengths``)."""
+    mix = cfg.get("mix") or {}
+    if mix.get("kind", "fixed") == "fixed":
+        return int(cfg["n_prompt"]), int(cfg["n_gen"])
+    f = float(mix["max_factor"])
+    return math.ceil(f * cfg["n_prompt"]), math.ceil(f * cfg["n_gen"])
+
+
+def draw_length(rng: random.Random, mean: float, cv: float, most: int) -> int:
+    """One length from a lognormal of this mean and coefficient of variation, rounded, in
+    [1, most] (the clamps move the mean a little: the report states the lengths sent)."""
+    if cv <= 0:
+        return int(round(mean))
+    sigma2 = math.log(1 + cv * cv)
+    x = rng.lognormvariate(math.log(mean) - sigma2 / 2, math.sqrt(sigma2))
+    return min(max(1, int(round(x))), most)
+
+
+def lengths(cfg: Mapping[str, Any], rng: random.Random) -> tuple[int, int]:
+    """A request's prompt and output lengths (``load.mix``): fixed at n_prompt / n_gen, or drawn
+    from lognormals with those means (each request's own seeded draw)."""
+    mix = cfg.get("mix") or {}
+    if mix.get("kind", "fixed") == "fixed":
+        return int(cfg["n_prompt"]), int(cfg["n_gen"])
+    most_p, most_g = longest(cfg)
+    return (draw_length(rng, cfg["n_prompt"], float(mix["prompt_cv"]), most_p),
+            draw_length(rng, cfg["n_gen"], float(mix["output_cv"]), most_g))
+
+
 def _body(cfg: Mapping[str, Any], seed: int) -> load_client.Body:
     def make(i: int) -> dict[str, Any]:
         rng = random.Random(cell_seed(seed, f"request/{i}"))
-        return {"prompt": load_client.prompt_ids(rng, cfg["n_prompt"]), "n_predict": cfg["n_gen"],
+        n_prompt, n_gen = lengths(cfg, rng)
+        return {"prompt": load_client.prompt_ids(rng, n_prompt), "n_predict": n_gen,
                 "ignore_eos": True, "temperature": 0, "cache_prompt": False}
     return make
 
@@ -274,7 +305,8 @@ class Load(harness.ModelExperiment):
         wave's requests, every slot busy (what a capacity probe's window is sized by,
         ``steady.window``)."""
         slots = slots_for(self.cfg)
-        warm = {**self.cfg, "requests": 2 * slots}
+        # requests of the mix's mean lengths: the service time of a mean request
+        warm = {**self.cfg, "requests": 2 * slots, "mix": {"kind": "fixed"}}
         wreqs, _, _ = run_level(srv, {"level": "warmup", "kind": "closed",
                                       "concurrency": slots}, warm, seed)
         if any(r.status != "ok" for r in wreqs):
