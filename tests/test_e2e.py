@@ -381,13 +381,16 @@ def test_bisect_finds_the_slow_commit(run_dir, tmp_path):
     assert res.returncode == 0, res.stderr[-4000:]
     [found] = (tmp_path / "work" / "bisect").glob("*/bisect.json")
     doc = json.loads(found.read_text())
-    assert [s["label"][:9] for s in doc["steps"]] == ["ends", "probe-002", "probe-001",
-                                                      "probe-003", "probe-004"]
+    # a step whose A/A check failed by chance (each cell's, at 5 %) is measured once more, the
+    # first set aside in the trace (seen in CI: its 3x step left 'unjudged' at p 0.0014)
+    steps = [s for s in doc["steps"] if not s.get("set_aside")]
+    assert [s["label"].removesuffix("-again")[:9] for s in steps] == [
+        "ends", "probe-002", "probe-001", "probe-003", "probe-004"]
     # called slower with the whole interval beyond the prefill threshold (5 %)
     assert doc["ends"]["call"] == "slower" and doc["ends"]["hi"] < 1 / 1.05, doc["ends"]
-    assert doc["steps"][1]["side"].startswith("skipped (not measured: ")
+    assert steps[1]["side"].startswith("skipped (not measured: ")
     assert [k["commit"] for k in doc["skipped"]] == [shas[2]]
-    assert [s.get("side") for s in doc["steps"][2:]] == ["good side", "good side", "bad side"], \
+    assert [s.get("side") for s in steps[2:]] == ["good side", "good side", "bad side"], \
         [s.get("vs_good", {}).get("text") for s in doc["steps"]]
     assert doc["result"] == "step" and doc["first_bad"] == shas[4], doc["text"]
     assert doc["far_side"]["vs_good"]["call"] == "slower"
@@ -440,7 +443,8 @@ def test_bisect_a_moderate_step_is_found_or_says_what_it_needs(run_dir, tmp_path
     assert ends["stop"]["rounds"] <= 4, ends["stop"]
     if doc["result"] == "unresolved":  # the ends left open, or too close to place a probe
         need = doc["needs"]
-        assert len(doc["steps"]) == 1 and need["why"] in ("cap", "budget", "futile", "probes")
+        assert len([s for s in doc["steps"] if not s.get("set_aside")]) == 1
+        assert need["why"] in ("cap", "budget", "futile", "probes")
         if need["why"] != "probes":
             assert ends["call"] not in ("faster", "slower"), doc["text"]
         assert need["rounds"] is None or need["rounds"] > 4, doc["text"]
@@ -959,7 +963,7 @@ def test_serving_under_load_per_request_records(report, run_dir):
                 for i, p in enumerate(row[key]["probes"]):
                     # one attempt's: a disturbed round's set-aside attempt shares rung, round
                     recs = [r for r in doc["requests"]
-                            if (r["rung"], r["round"], r["attempt"], r["level"], r["probe"])
+                            if (r["rung"], r["round"], r["attempt"], r["level"], r.get("probe"))
                             == (row["rung"], row["round"], row["attempt"], p["level"], i)]
                     win = p["window"]
                     # issue 59: a warm-up never judged, then the measured requests
@@ -1037,11 +1041,11 @@ def test_a_server_killed_mid_load_is_named_and_counted(report, run_dir, tmp_path
     raw = tmp_path / "raw"
     stop = threading.Event()
 
-    def killer() -> None:  # after 2 warmup requests, a level's 3 and 1 of the next level's
-        while not stop.is_set():
+    def killer() -> None:  # after 4 warmup requests (2 waves of 2 slots), a level's 3 and 1
+        while not stop.is_set():  # of the next level's
             for log in raw.glob("*-native_repack.server.log"):
                 text = log.read_text(errors="replace")
-                if text.count("stop processing") >= 6:
+                if text.count("stop processing") >= 8:
                     port = re.search(r"--port (\d+)", text).group(1)
                     subprocess.run(["pkill", "-9", "-f", f"llama-server.*--port {port} "])
                     return

@@ -275,6 +275,7 @@ class Bisection:
         self.id = hashlib.sha256(ident.encode()).hexdigest()[:12]
         self.dir = workdir / "bisect" / self.id
         self.steps: list[dict[str, Any]] = []
+        self.doc: dict[str, Any] | None = None  # the run's trace, once the walk started
 
     def most_rounds(self) -> tuple[int, str]:
         """The most rounds a step measures and the setting that sets them: the anytime-valid
@@ -351,6 +352,28 @@ class Bisection:
                     "builds": [], "failed": str(exc),
                     "not_measured": {"workflow": f"failed: {exc}"}}
 
+    def checked_step(self, label: str, commits: Sequence[Commit], **fields: Any
+                     ) -> dict[str, Any]:
+        """``step``, measured once more (a fresh step, fresh seeds) when its cell's A/A check
+        failed: that cell's machinery misbehaved, so it judges only gross steps and a probe it
+        measured could be left unplaced by its noise alone. The first is kept in the trace,
+        set aside, never averaged in; the second stands whatever its check says."""
+        s = {**self.step(label, commits), **fields}
+        check = ((s.get("cell_summary") or {}).get("noise_floor") or {}).get("control_check")
+        if not check or check.get("passed") is not False:
+            return s
+        s.update(set_aside=f"its A/A check failed ({check.get('text')}): measured again",
+                 side="set aside: its A/A check failed, measured again")
+        self.steps.append(s)
+        self.save_partial()
+        return {**self.step(f"{label}-again", commits), **fields, "again_of": label}
+
+    def save_partial(self) -> None:
+        """The steps so far, while a step is measured again (the run's doc is written after
+        each placed step by ``save``)."""
+        if self.doc is not None:
+            self.save(self.doc)
+
     def save(self, doc: Mapping[str, Any]) -> None:
         """The trace so far (bisect.json and bisect.md), after every step."""
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -370,7 +393,8 @@ class Bisection:
             "commits": [{"sha": c.sha, "subject": c.subject} for c in cs],
             "good": good.sha, "bad": bad.sha, "ends": None, "steps": self.steps,
             "skipped": [], "result": "running", "text": "the walk is under way"}
-        ends = self.step("ends", [good, bad])
+        self.doc = doc
+        ends = self.checked_step("ends", [good, bad])
         self.steps.append(ends)
         if ends["not_measured"]:
             doc.update(result="failed" if ends.get("failed") else "not measured",
@@ -412,8 +436,8 @@ class Bisection:
         far: dict[str, Any] = {"commit": bad.sha, "vs_good": step, "measured_in": "ends"}
         while (mid := next_probe(lo, hi, skipped)) is not None:
             p = cs[mid]
-            s = self.step(f"probe-{mid:03d}-{p.sha[:10]}", [good, p, bad])
-            s.update(probe=p.sha, index=mid)
+            s = self.checked_step(f"probe-{mid:03d}-{p.sha[:10]}", [good, p, bad],
+                                  probe=p.sha, index=mid)
             self.steps.append(s)
             if s["not_measured"]:  # no build, a crash, a failed workflow: skipped, as git does
                 s["side"] = f"skipped (not measured: {failed_text(s['not_measured'])})"
@@ -585,10 +609,12 @@ def render(doc: Mapping[str, Any]) -> str:
              "placed | wall s |", "|---|---|---|---|---|---|---|---:|"]
     subjects = {x["sha"]: x["subject"] for x in doc["commits"]}
     for s in doc["steps"]:
-        if s["label"] == "ends":
-            lines.append(f"| ends | {doc['bad'][:10]} | {subjects[doc['bad']][:40]} | "
-                         f"{ratio(ends)} | {call(ends)} | - | "
-                         f"{'failed: ' + s['failed'] if s.get('failed') else '-'} | "
+        if "probe" not in s:  # the ends (measured again once if their A/A check failed)
+            placed = ("failed: " + s["failed"] if s.get("failed")
+                      else s.get("side", "-") if s.get("set_aside") else "-")
+            lines.append(f"| {s['label']} | {doc['bad'][:10]} | {subjects[doc['bad']][:40]} | "
+                         f"{ratio(None if s.get('set_aside') else ends)} | "
+                         f"{call(None if s.get('set_aside') else ends)} | - | {placed} | "
                          f"{'-' if s.get('wall_s') is None else s['wall_s']} |")
             continue
         lines.append(f"| {s['label']} | {s['probe'][:10]} | {subjects[s['probe']][:40]} | "
