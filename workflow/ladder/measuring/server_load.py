@@ -565,7 +565,9 @@ def _rps(row: Mapping[str, Any]) -> str:
         if not found:
             continue
         lo, hi = found["bracket"]
-        out.append(f"< {hi:.3g}{unit}" if found["bound"] == "below" else
+        untestable = all(p.get("testable") is False for p in found.get("probes") or [{}])
+        out.append("untestable within probe_max_s" if untestable else
+                   f"< {hi:.3g}{unit}" if found["bound"] == "below" else
                    f">= {lo:.3g}{unit}" if found["bound"] == "above" else
                    f"{lo:.3g}{unit} (< {hi:.3g})")
     return ", ".join(out)
