@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+
 import re
 import shutil
 from pathlib import Path
@@ -252,6 +254,17 @@ def test_a_layer_imports_only_its_own_and_the_layers_before_it():
     for mod in (m for m, layer in layer_of.items() if layer == "measuring"):
         reach = {layer_of[m] for m in codeid.module_reach(mod)}
         assert not reach & {"analysis", "reporting"}, (mod, reach)
+    # an import for the type checker alone (no part of a rule's code) keeps the layers too:
+    # issue 60 (analysis -> reporting.sections for SectionContext hid there)
+    for mod, layer in sorted(layer_of.items()):
+        tree = ast.parse((codeid.PACKAGE_DIR / layer / f"{mod}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ladder"):
+                parts = node.module.split(".")
+                deps = parts[2:3] if len(parts) > 2 else [a.name for a in node.names]
+                against += [f"{layer}/{mod} -> {layer_of[d]}/{d} (any import)" for d in deps
+                            if d in layer_of and LAYERS.index(layer_of[d]) > LAYERS.index(layer)]
+    assert not against, against
 
 
 def test_the_harness_and_the_bench_are_no_part_of_the_other_measurements():

@@ -3,12 +3,10 @@ each rung's kernels alone (ggml's kernel tests). Registered in ``ladder.sections
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ladder.core.io import load_each
-
-if TYPE_CHECKING:  # an annotation only: the views never import the report's registry
-    from ladder.reporting.sections import SectionContext
+from ladder.analysis.context import SectionContext
 
 
 def hotspots(ctx: SectionContext) -> dict[str, Any] | None:

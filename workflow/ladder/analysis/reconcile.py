@@ -23,16 +23,15 @@ Registered as a report section in ``ladder.reporting.sections``.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ladder.analysis import stats, wording
 from ladder.core.io import load_each, load_first
 from ladder.planning.protocol import clean_samples, paired_ratios, per_round_means
+from ladder.analysis.context import SectionContext
 
-if TYPE_CHECKING:  # an annotation only: the views never import the report's registry
-    from ladder.reporting.sections import SectionContext
 
 def grid_of(doc: Mapping[str, Any]) -> dict[str, tuple[str, int]]:
     """entry name -> (rung, threads), as the cell recorded it."""

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ladder.core import paths
 from ladder.analysis import stats, wording
@@ -13,9 +13,7 @@ from ladder.core.errors import LadderError
 from ladder.planning.serving_experiments import BENCH_EXPERIMENTS, EXPERIMENTS
 from ladder.core.io import read_json
 from ladder.analysis import depth_view, server_load_view
-
-if TYPE_CHECKING:  # an annotation only: the views never import the report's registry
-    from ladder.reporting.sections import SectionContext
+from ladder.analysis.context import SectionContext
 
 
 # --- the report's serving section ----------------------------------------------------------------

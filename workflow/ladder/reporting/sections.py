@@ -23,10 +23,11 @@ schema fragment, its input function, and one entry of ``SECTIONS``.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from ladder.analysis.context import SectionContext  # re-exported: what a builder gets
 from ladder.planning.serving_experiments import server_experiments
 
 WORKFLOW = Path(__file__).resolve().parents[2]
@@ -64,17 +65,6 @@ class Section:
 def _parts(templates: Path, schemas: Path, key: str) -> dict[str, Path]:
     return {"md": templates / f"{key}.md.j2", "html": templates / f"{key}.html.j2",
             "schema": schemas / f"{key}.schema.yaml"}
-
-
-@dataclass
-class SectionContext:
-    """What a section's builder gets: the host's plan, the stats settings, its own named inputs
-    (file lists), and the report's list of missing or unreadable inputs to add to."""
-    plan: Mapping[str, Any]
-    stats_cfg: Mapping[str, Any]
-    files: Mapping[str, Sequence[str]]
-    missing: list[dict[str, str]] = field(default_factory=list)
-    price: Mapping[str, Any] | None = None  # the host's price entry (cost), when one applies
 
 
 def _resolve(ref: str) -> Callable[..., Any]:
