@@ -88,6 +88,16 @@ def test_a_token_held_back_at_n_predict_is_told_from_a_disagreement():
     final = load_client.Request(0, "c1", 8, 4)
     assert load_client._event(final, b'data: {"stop": true, "stop_type": "limit", "timings": {}}',
                               1.0) is True and final.stop_type == "limit"
+    # every token held back (a 2-token request of the mix, seen in CI): no token streamed, so no
+    # TTFT, and no "TTFT below its prefill" claimed either
+    none = req(tokens=(), end=1.2, timings={"predicted_n": 2, "prompt_ms": 100.0},
+               stop_type="limit")
+    none.output_tokens = 0
+    chk = load_client.metrics(none)["check"]
+    assert load_client.metrics(none)["ttft_ms"] is None and chk["held_back"] == 2
+    assert chk["ttft_covers_prefill"] is None
+    s = load_client.summarize([none.record()], 10.0, {})
+    assert s["server_check"]["ttft_below_prefill"] == 0 and s["server_check"]["tokens_disagree"] == 0
 
 
 def records(n_ok: int, n_failed: int, ttft_s: float = 0.5) -> list[dict]:

@@ -111,7 +111,8 @@ def server_check(r: Request, ttft_ms: float | None) -> dict[str, Any] | None:
             "predicted_ms": t.get("predicted_ms"), "stop_type": r.stop_type,
             "tokens_agree": t.get("predicted_n") == r.output_tokens, "held_back": held,
             # 1 ms of slack: the server rounds its timings to microseconds
-            "ttft_covers_prefill": ttft_ms is not None and ttft_ms + 1.0 >= prompt_ms}
+            # None: no token was streamed (every one held back), so there is no first-token time
+            "ttft_covers_prefill": None if ttft_ms is None else ttft_ms + 1.0 >= prompt_ms}
 
 
 def prompt_ids(rng: random.Random, n: int) -> list[int]:
@@ -387,7 +388,7 @@ def summarize(records: Sequence[Mapping[str, Any]], duration_s: float,
         "tokens_disagree": sum(not c["tokens_agree"] and not c.get("held_back")
                                for c in checks),
         "tokens_held_back": sum(bool(c.get("held_back")) for c in checks),
-        "ttft_below_prefill": sum(not c["ttft_covers_prefill"] for c in checks)}
+        "ttft_below_prefill": sum(c["ttft_covers_prefill"] is False for c in checks)}
     return out
 
 
