@@ -277,8 +277,7 @@ def untestable_below(found: Mapping[str, Any]) -> bool:
     """A search below whose every probe was untestable (``steady.window``: longer than
     probe_max_s at the rung's service time): no rate was tested, so the capacity is unknown,
     not below the lowest rate (a slow rung's probes are long)."""
-    probes = found.get("probes") or []
-    return bool(probes) and all(p.get("testable") is False for p in probes)
+    return steady.untestable(found.get("probes") or [])
 
 
 def _at_capacity(found: Mapping[str, Any], dim: str) -> float | None:
@@ -548,6 +547,12 @@ def probe_latency(doc: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
     many of its probes passed."""
     out = []
     limits = doc["spec"]["limits"]
+    # each probe's measured requests, indexed once (not a scan of every request per probe)
+    measured: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+    for q in doc["requests"]:
+        if q.get("window") == "measured":
+            measured.setdefault((q["rung"], q["round"], q.get("attempt"), q["level"],
+                                 q.get("probe")), []).append(q)
     for n in names:
         by_x: dict[float, list[tuple[Mapping[str, Any], Mapping[str, Any]]]] = {}
         for r in rows:
@@ -558,10 +563,8 @@ def probe_latency(doc: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
                     by_x.setdefault(float(f"{p[x]:.4g}"), []).append((r, {**p, "index": i}))
         for v in sorted(by_x):
             got = by_x[v]
-            recs = [q for r, p in got for q in doc["requests"]
-                    if (q["rung"], q["round"], q.get("attempt"), q["level"], q.get("probe"))
-                    == (r["rung"], r["round"], r.get("attempt"), p["level"], p["index"])
-                    and q.get("window") == "measured"]
+            recs = [q for r, p in got for q in measured.get(
+                (r["rung"], r["round"], r.get("attempt"), p["level"], p["index"]), [])]
             sm = load_client.summarize(recs, 1.0, limits) if recs else {}
             out.append({"rung": n, x: v, "probes": len(got),
                         "passed": sum(1 for _, p in got if p["passed"]),

@@ -481,16 +481,11 @@ def _stream_probe(srv: Server, cfg: Mapping[str, Any], seed: int, n: int, kept: 
     (``steady.fewest``, at least ``waves - 1`` more waves), judged by its rule (a closed loop's
     backlog cannot grow past its streams: no flatness test)."""
     probes, records, metrics_seen = kept
-    cap = cfg["capacity"]
-    p0, alpha = steady.p0_of(cap), float(cap["alpha"])
-    m = steady.efficient_n(max(steady.fewest(cap), (int(cap["waves"]) - 1) * n), p0, alpha)
-    win = steady.Window(rate=0.0, service_s=0.0, n_warm=n, n=m,
-                        least=steady.least_good(m, p0, alpha) or m, warm_s=0.0, measure_s=0.0,
-                        total_s=0.0, testable=True)
+    win = steady.stream_window(n, cfg["capacity"])
     lv = {"level": f"capacity@c{n}", "kind": "closed", "concurrency": n}
     recs, summary, judged = _run_probe(srv, cfg, seed, lv, win, metrics_seen, closed=True)
     probes.append({"concurrency": n, "level": lv["level"], "window": win.record(),
-                   **_probe_brief(summary, judged, m)})
+                   **_probe_brief(summary, judged, win.n)})
     for r in recs:
         r["probe"] = len(probes) - 1
     records.extend(recs)
@@ -565,8 +560,7 @@ def _rps(row: Mapping[str, Any]) -> str:
         if not found:
             continue
         lo, hi = found["bracket"]
-        untestable = all(p.get("testable") is False for p in found.get("probes") or [{}])
-        out.append("untestable within probe_max_s" if untestable else
+        out.append("untestable within probe_max_s" if steady.untestable(found["probes"]) else
                    f"< {hi:.3g}{unit}" if found["bound"] == "below" else
                    f">= {lo:.3g}{unit}" if found["bound"] == "above" else
                    f"{lo:.3g}{unit} (< {hi:.3g})")

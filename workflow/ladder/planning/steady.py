@@ -115,6 +115,22 @@ def window(rate: float, service_s: float, cap: Mapping[str, Any]) -> Window:
                   testable=total <= float(cap["probe_max_s"]))
 
 
+def stream_window(streams: int, cap: Mapping[str, Any]) -> Window:
+    """A concurrency probe of ``streams`` clients: the first wave (one request each) its
+    warm-up, then at least ``waves - 1`` more waves and the test's fewest, snapped as
+    ``window``'s count (no rate, no time: a closed loop's length is its requests)."""
+    p0, alpha = p0_of(cap), float(cap["alpha"])
+    n = efficient_n(max(fewest(cap), (int(cap["waves"]) - 1) * streams), p0, alpha)
+    return Window(rate=0.0, service_s=0.0, n_warm=streams, n=n,
+                  least=least_good(n, p0, alpha) or n, warm_s=0.0, measure_s=0.0, total_s=0.0,
+                  testable=True)
+
+
+def untestable(probes: Sequence[Mapping[str, Any]]) -> bool:
+    """A search whose every probe was not run (longer than probe_max_s): nothing tested."""
+    return bool(probes) and all(p.get("testable") is False for p in probes)
+
+
 def departures_p(departures: int, expected: float) -> float:
     """P(a Poisson count of mean ``expected`` ≤ ``departures``): small when the window's
     requests finished markedly slower than they arrived (a backlog growing)."""
