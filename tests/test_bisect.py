@@ -510,3 +510,73 @@ def test_a_step_whose_aa_check_failed_is_measured_again(history, tmp_path, monke
     assert again["again_of"] == first["label"] and again["side"] == "good side"
     assert doc["result"] == "step" and doc["first_bad"] == shas[4]
     assert "set aside: its A/A check failed, measured again" in bisect.render(doc)
+
+
+def test_ends_whose_good_labels_disagree_are_measured_again_then_unresolved(
+        history, tmp_path, monkeypatch):
+    """CI, 2026-12-07 (``test_bisect_a_moderate_step_is_found_or_says_what_it_needs``): a
+    moderate slowdown's ends called 1.06x *faster* (p 0.002) over the good label, whose rounds
+    all ran slow, while the bad end over the good build's second label (the control) was
+    0.95-1.05x. Replayed here from that run's samples (tg16 tokens/s, warm-up round 0, the
+    anytime-valid design's record): a call must hold over both labels of the good build, so
+    the ends are measured again, the first set aside; disagreeing again, they are unresolved,
+    the walk never starts, and the ends' call is not "faster"."""
+    repo, shas = history
+    b, config = bisection(repo, shas, tmp_path, monkeypatch)
+    measured = []
+    # per round (warm-up first): good, bad, control, as measured in CI
+    rounds = [(20.8622, 21.2371, 21.9329), (19.4442, 20.6218, 21.7052),
+              (18.988, 20.2109, 19.2956), (19.3923, 20.5155, 20.2293)]
+    seq = {"enabled": True, "alpha": 0.05, "max": 4, "rho": 0.05, "factor": 1.105,
+           "wait_for": ["step"], "rule": "gs", "threshold": 0.03, "budget_s": 1800.0,
+           "spent_s": 17.5, "measured_rounds": 3, "stopped": "decided", "left": {}}
+
+    def fake_measure(label, commits):
+        measured.append(label)
+        good, bad = [c.name for c in commits]
+        samples = [{"rung": rung, "round": r, "order": i, "rep": 0, "tokens_per_s": tps,
+                    "n_prompt": 0, "n_gen": 16, "build_key": rung, "build_commit": rung,
+                    "warmup": r == 0}
+                   for r, row in enumerate(rounds)
+                   for i, (rung, tps) in enumerate(zip((good, bad, "control"), row))]
+        key = f"step:{good}:{bad}"
+        decided = {key: {"decision": "faster", "rounds": 3, "estimate": 0.0592,
+                         "lo": 0.0483, "hi": 0.0700, "at": 3}}
+        doc = {"quant": "q4_0", "workload": "tg16", "threads": 2, "samples": samples,
+               "workload_spec": {"n_prompt": 0, "n_gen": 16}, "round_statistic": "mean",
+               "rungs": {r: {"status": "measured"} for r in (good, bad, "control")},
+               "sequential": {**seq, "decided": decided}}
+        return {"label": label, "commits": [c.sha for c in commits], "wall_s": 1.0,
+                "builds": [], "not_measured": {},
+                "cell_summary": bisect.judge(doc, [good, bad], config)}
+
+    b.measure = fake_measure
+    doc = b.run()
+    assert measured == ["ends", "ends-again"]
+    first, again = doc["steps"]
+    assert first["set_aside"].startswith("the ends' call not confirmed over the good build's "
+                                         "second label (bad over good is faster")
+    assert again["again_of"] == "ends"
+    assert again["bad_vs_good"]["call"] == "faster"
+    assert again["bad_vs_twin"]["call"] not in ("faster", "slower")
+    assert doc["result"] == "unresolved" and doc["needs"]["why"] == "twin"
+    assert doc["ends"]["call"] == "inconclusive" and doc["ends"]["called_over_good"] == "faster"
+    assert "the good build's two labels disagree on the step" in doc["text"]
+    assert "**unresolved**" in bisect.render(doc)
+
+
+def test_ends_confirmed_over_both_labels_are_walked(history, tmp_path, monkeypatch):
+    """The same check passes a real step: the bad end differs from both labels of the good
+    build in the same direction, the ends are measured once, and the twin comparison is kept
+    in the trace."""
+    repo, shas = history
+    b, config = bisection(repo, shas, tmp_path, monkeypatch)
+    doc = cell_doc({"c_" + shas[0][:10]: 100.0, "c_" + shas[-1][:10]: 50.0, "control": 100.0},
+                   rounds=6, seed=1)
+    cell = bisect.judge(doc, ["c_" + shas[0][:10], "c_" + shas[-1][:10]], config)
+    twin = bisect.twin_comparison(cell, "c_" + shas[-1][:10])
+    assert twin is not None and twin["base"] == "control" and twin["verdict"]["call"] == "slower"
+    step = bisect.brief(bisect.comparison(cell, "c_" + shas[0][:10], "c_" + shas[-1][:10]))
+    assert bisect.disagreement(step, bisect.brief(twin)) is None
+    assert bisect.suspect({"cell_summary": cell}, ["c_" + shas[0][:10], "c_" + shas[-1][:10]]
+                          ) is None

@@ -438,18 +438,22 @@ def test_bisect_a_moderate_step_is_found_or_says_what_it_needs(run_dir, tmp_path
     [found] = (tmp_path / "work" / "bisect").glob("*/bisect.json")
     doc = json.loads(found.read_text())
     ends = doc["ends"]
-    # a real slowdown (3-13 % measured at these 4 rounds): never called equivalent or faster
+    # a real but small slowdown, its size swayed by the noise: bad over good 0.93x, 0.95x and
+    # 0.99x in three runs here (2026-12-08), and once in CI 1.06x *faster* over the good label
+    # (p 0.002, its rounds all slow) with 1.01x over the good build's second label: the ends'
+    # call must hold over both labels (``bisect.disagreement``), so never equivalent or faster
     assert ends["call"] not in ("equivalent", "faster"), ends
     assert ends["stop"]["rounds"] <= 4, ends["stop"]
     if doc["result"] == "unresolved":  # the ends left open, or too close to place a probe
         need = doc["needs"]
         assert len([s for s in doc["steps"] if not s.get("set_aside")]) == 1
-        assert need["why"] in ("cap", "budget", "futile", "probes")
+        assert need["why"] in ("cap", "budget", "futile", "probes", "twin")
         if need["why"] != "probes":
             assert ends["call"] not in ("faster", "slower"), doc["text"]
-        assert need["rounds"] is None or need["rounds"] > 4, doc["text"]
+        if need["why"] != "twin":  # the twin's rounds are its own, not the design's maximum
+            assert need["rounds"] is None or need["rounds"] > 4, doc["text"]
         if need["rounds"]:
-            assert f"--config measure.sequential.max={need['rounds']}" in res.stdout
+            assert f"--config {need['config']}" in res.stdout
     elif doc["result"] == "step":
         assert doc["first_bad"] == shas[1] and doc["far_side"]["vs_good"]["call"] == "slower"
     else:  # the probe left unplaced at 4 rounds: the step is one of the two commits after good

@@ -446,12 +446,16 @@ def gross(v: Verdict) -> bool:
 def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
                    twin: str | None, confidence: float = 0.95, resamples: int = 10000,
                    seed: int = 0, thresholds: float | Mapping[str, float] | None = None,
-                   factor: float = 1.0) -> dict[str, Any]:
+                   factor: float = 1.0, extra: Sequence[tuple[str, str, str]] = ()
+                   ) -> dict[str, Any]:
     """Per-rung summaries, the A/A check and figures, and the step verdicts of one measured
     cell, each comparison judged on its own (``fdr_adjust`` then adjusts across the run) over
     its rounds of one measured set (``steady_ratios``), its variances ``factor`` times those of
     independent rounds (the run's dependence, ``run_dependence``). In a cell whose control
-    check failed only gross steps are judged (``judge``)."""
+    check failed only gross steps are judged (``judge``). ``extra``: (kind, base, rung)
+    comparisons outside the ladder's, judged by the same rule and returned apart, in no
+    multiplicity family (a bisection's bad end over the good build's second label: a check
+    its call must also pass, ``reporting.bisect``)."""
     statistic = round_statistic(doc)
     check_combinable(doc)
     # a disturbed attempt was measured again (bench.measure): its samples never count
@@ -483,6 +487,8 @@ def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str |
         return comp
 
     judged = [compare(base, other, kind) for kind, base, other in comparisons(ladder, measured)]
+    extras = [compare(base, other, kind) for kind, base, other in extra
+              if base in measured and other in measured]
     return {
         "quant": doc["quant"], "workload": doc["workload"], "threads": doc["threads"],
         "rungs": rungs, "round_statistic": statistic, "phase": phase,
@@ -503,6 +509,7 @@ def summarize_cell(doc: Mapping[str, Any], ladder: Sequence[str], control: str |
         "positions": {str(k): v for k, v in sorted(position_effects(samples, statistic).items())},
         "steps": [c for c in judged if c["kind"] == "step"],
         "vs_floor": [c for c in judged if c["kind"] == "vs_floor"],
+        **({"extra": extras} if extra else {}),
         "disturbance": {"remeasured": len(dist.get("remeasured") or []),
                         "unresolved": unresolved,
                         "reasons": sorted({r for m in dist.get("remeasured") or []
@@ -528,8 +535,9 @@ def stop_record(seq: Mapping[str, Any], kind: str, base: str, other: str,
     else:
         why = str(seq.get("stopped") or "cap")
         if why == "decided":  # the cell stopped on its other comparisons
-            # the A/A pair checks the calls' rounds; any other comparison: a rung failed
-            why = "calls decided" if kind == "aa" else "rung failed"
+            # the A/A pair (or a check outside the ladder, ``summarize_cell``'s ``extra``)
+            # checks the calls' rounds; any other comparison: a rung failed
+            why = "calls decided" if kind in ("aa", "twin") else "rung failed"
     need = None
     if not d and r.estimate and r.sd_log is not None:
         need = rounds_to_decide(math.log(r.estimate), r.sd_log, factor, int(seq["max"]),
@@ -584,14 +592,15 @@ def budget_summary(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
 
 def summarize(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
               twin: str | None, stats_cfg: Mapping[str, Any],
-              confidence: float | None = None) -> dict[str, Any]:
+              confidence: float | None = None, extra: Sequence[tuple[str, str, str]] = ()
+              ) -> dict[str, Any]:
     """``summarize_cell`` with the run's statistics settings (the config's ``stats`` block and
     the run's ``dependence_factor``, ``with_dependence``)."""
     return summarize_cell(doc, ladder, control, twin,
                           confidence=confidence or stats_cfg["confidence"],
                           resamples=stats_cfg["bootstrap_resamples"], seed=stats_cfg["seed"],
                           thresholds=stats_cfg.get("threshold"),
-                          factor=cell_factor(doc, stats_cfg))
+                          factor=cell_factor(doc, stats_cfg), extra=extra)
 
 
 def cell_factor(doc: Mapping[str, Any], stats_cfg: Mapping[str, Any]) -> float:

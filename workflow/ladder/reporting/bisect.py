@@ -203,9 +203,40 @@ def judge(doc: Mapping[str, Any], order: Sequence[str], config: Mapping[str, Any
     A/A rounds rarely measure the dependence between rounds: ``stats.run_dependence``)."""
     cfg = stats.with_dependence(config["stats"], stats.run_dependence(
         [doc], "control", order[0], config["stats"]["confidence"]))
-    cell = stats.summarize(doc, list(order), "control", order[0], cfg)
+    # the last rung (the bad end) over the good build's second label too: the ends' check
+    twin = [(TWIN, "control", order[-1])] if len(order) > 1 else []
+    cell = stats.summarize(doc, list(order), "control", order[0], cfg, extra=twin)
     stats.fdr_adjust([cell], cfg["confidence"])
     return cell
+
+
+# the kind of the bad end's comparison over the control (the good build measured again)
+TWIN = "twin"
+
+
+def twin_comparison(cell: Mapping[str, Any], rung: str) -> dict[str, Any] | None:
+    """``rung`` over the control (the good build under its second label) in a judged cell,
+    or None when the control was not measured."""
+    for comp in cell.get("extra") or []:
+        if comp["kind"] == TWIN and comp["rung"] == rung:
+            return comp
+    return None
+
+
+def disagreement(step: Mapping[str, Any], twin: Mapping[str, Any] | None) -> str | None:
+    """Why the ends' call cannot be taken, or None when it can: the good build was measured
+    twice in the same rounds (its own label and the control's), and a step from it (or its
+    absence: equivalent ends) must hold over both, an intersection-union test at the
+    design's level. CI, 2026-12-07: a 5 us-a-node spin called 1.06x *faster* (p 0.002) over
+    the good label, whose three rounds all ran slow (its twin 1.02-1.12x over it), while the
+    bad end over the twin was 0.95-1.05x: one label's luck, not a step."""
+    if twin is None or step["call"] not in (*stats.CALLS, "equivalent"):
+        return None
+    if twin["call"] == step["call"]:
+        return None
+    return (f"bad over good is {step['call']} ({step['text']}) but bad over the good build "
+            f"measured again under the control's label is {twin['call']} ({twin['text']}): "
+            "the good build's two labels disagree on the step")
 
 
 def comparison(cell: Mapping[str, Any], base: str, rung: str) -> dict[str, Any]:
@@ -238,6 +269,45 @@ def unresolved(step: Mapping[str, Any]) -> dict[str, Any] | None:
         return {"rounds": None, "why": stop["why"], "config": None, "minutes": None}
     return {"rounds": int(need), "why": stop["why"], "config": f"measure.sequential.max={need}",
             "minutes": round(need * per_round / 60, 1) if per_round else None}
+
+
+def suspect(s: Mapping[str, Any], names: Sequence[str]) -> tuple[str, str] | None:
+    """Why a measured step is set aside and measured again (``Bisection.checked_step``), in
+    short and in full: its A/A check failed, or (the ends: a step of two commits) the good
+    build's two labels disagree on the ends' call; None when it stands."""
+    cell = s.get("cell_summary") or {}
+    check = (cell.get("noise_floor") or {}).get("control_check")
+    if check and check.get("passed") is False:
+        return "its A/A check failed", f"its A/A check failed ({check.get('text')})"
+    if len(names) != 2 or not cell.get("steps"):
+        return None
+    good, bad = names
+    why = disagreement(brief(comparison(cell, good, bad)), brief_or_none(
+        twin_comparison(cell, bad)))
+    short = "the ends' call not confirmed over the good build's second label"
+    return (short, f"{short} ({why})") if why else None
+
+
+def twin_needs(twin: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What would decide the bad end over the good build's second label: its rounds at the
+    noise and effect measured, as fixed rounds (the anytime-valid design stops a cell when
+    its steps are decided, so a larger maximum alone would not give them); none when its
+    effect sits on ±δ."""
+    stop = (twin or {}).get("stop") or {}
+    need, per_round = stop.get("rounds_to_decide"), stop.get("per_round_s")
+    if not need:
+        return {"rounds": None, "why": TWIN, "config": None, "minutes": None,
+                "text": "The second label's difference sits on the threshold: no number of "
+                        "rounds tells a step of at least δ from none on this host"}
+    config = f"measure.sequential.enabled=false measure.rounds={need}"
+    minutes = round(need * per_round / 60, 1) if per_round else None
+    return {"rounds": int(need), "why": TWIN, "config": config, "minutes": minutes,
+            "text": f"To decide both, run again with --config {config}"
+                    + (f" (about {minutes} min for the ends)" if minutes else "")}
+
+
+def brief_or_none(comp: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    return brief(comp) if comp else None
 
 
 def place(vs_good: Mapping[str, Any], to_bad: Mapping[str, Any], direction: str) -> str:
@@ -355,15 +425,16 @@ class Bisection:
     def checked_step(self, label: str, commits: Sequence[Commit], **fields: Any
                      ) -> dict[str, Any]:
         """``step``, measured once more (a fresh step, fresh seeds) when its cell's A/A check
-        failed: that cell's machinery misbehaved, so it judges only gross steps and a probe it
-        measured could be left unplaced by its noise alone. The first is kept in the trace,
-        set aside, never averaged in; the second stands whatever its check says."""
+        failed (that cell's machinery misbehaved, so it judges only gross steps and a probe it
+        measured could be left unplaced by its noise alone) or, for the ends, when the good
+        build's two labels disagree on the step (``disagreement``). The first is kept in the
+        trace, set aside, never averaged in; the second stands whatever its checks say."""
         s = {**self.step(label, commits), **fields}
-        check = ((s.get("cell_summary") or {}).get("noise_floor") or {}).get("control_check")
-        if not check or check.get("passed") is not False:
+        why = suspect(s, [c.name for c in commits])
+        if why is None:
             return s
-        s.update(set_aside=f"its A/A check failed ({check.get('text')}): measured again",
-                 side="set aside: its A/A check failed, measured again")
+        short, full = why
+        s.update(set_aside=f"{full}: measured again", side=f"set aside: {short}, measured again")
         self.steps.append(s)
         self.save_partial()
         return {**self.step(f"{label}-again", commits), **fields, "again_of": label}
@@ -403,7 +474,20 @@ class Bisection:
             self.save(doc)
             return doc
         step = brief(comparison(ends["cell_summary"], good.name, bad.name))
-        ends["bad_vs_good"] = doc["ends"] = step
+        twin = brief_or_none(twin_comparison(ends["cell_summary"], bad.name))
+        ends["bad_vs_good"], ends["bad_vs_twin"] = step, twin
+        why = disagreement(step, twin)
+        if why:  # measured twice (checked_step), the labels disagreeing both times: no call
+            doc["ends"] = {**step, "call": "inconclusive", "called_over_good": step["call"],
+                           "text": f"{step['text']}, not confirmed over the good build's "
+                                   f"second label ({twin['text'] if twin else '-'})"}
+            doc.update(result="unresolved", needs=twin_needs(twin), text=(
+                f"the ends were not resolved: {why}, in two measurements of the ends; at "
+                "this noise the walk would follow one label's luck. "
+                + twin_needs(twin)["text"]))
+            self.save(doc)
+            return doc
+        doc["ends"] = step
         if step["call"] not in stats.CALLS:
             doc.update(result="no step", text=f"no step between the ends: {step['text']}")
             need = unresolved(step)
