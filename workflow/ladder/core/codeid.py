@@ -5,8 +5,9 @@ it imports, directly or through each other. ``code_modules`` walks those imports
 (imports inside functions included; a package file another module runs as a program, named
 as a ``"<module>.py"`` string, e.g. the lldb driver; and a ``"ladder.<module>:<function>"``
 string, a function imported by name, e.g. a report section's builder); ``code_hash`` hashes
-each file's syntax tree with its docstrings left out, so a comment, a docstring or a
-reformatting reruns nothing, while any change of logic reruns every rule whose code reaches
+each file's syntax tree with its docstrings left out (and, where annotations are never
+evaluated, what only a type checker reads: ``_NoTypes``), so a comment, a docstring, a type or
+a reformatting reruns nothing, while any change of logic reruns every rule whose code reaches
 it.
 
 A module is known by its own name wherever it lives in the package (subpackages included, two
@@ -55,7 +56,7 @@ def _module_file(name: str) -> Path | None:
 
 def _leaf(dotted: str) -> str | None:
     """The module a dotted name below the package names (its last part that is a module):
-    ``ladder.measure.bench`` -> ``bench``; None for the package or a subpackage."""
+    ``ladder.measuring.bench`` -> ``bench``; None for the package or a subpackage."""
     parts = dotted.split(".")
     if parts[0] != PACKAGE:
         return None
@@ -160,9 +161,69 @@ class _NoDocstrings(ast.NodeTransformer):
     visit_Module = visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _strip
 
 
+class _NoTypes(ast.NodeTransformer):
+    """What only a type checker reads, in a module whose annotations are never evaluated
+    (``from __future__ import annotations``): a function's argument and return annotations, a
+    variable's annotation outside a class body (``x: T = v`` is ``x = v``; a bare ``x: T`` is
+    nothing), and ``cast(T, v)``, which returns ``v``. A class body's annotations stay: they
+    are its fields (a dataclass's, a TypedDict's, ``ClassVar`` or not). So a type-only edit
+    reruns nothing (issue 60), while the code a measurement executes is hashed exactly."""
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.AST:
+        a = node.args
+        for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]:
+            if arg is not None:
+                arg.annotation = None
+        node.returns = None
+        return self.generic_visit(node)
+
+    visit_FunctionDef = visit_AsyncFunctionDef = _function
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> ast.AST:
+        for st in node.body:  # its own annotations are fields: their values still visited
+            if isinstance(st, ast.AnnAssign):
+                if st.value is not None:
+                    st.value = self.visit(st.value)
+            else:
+                self.visit(st)
+        node.decorator_list = [self.visit(d) for d in node.decorator_list]
+        return node
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST | None:
+        if node.value is None:
+            return None
+        return ast.Assign(targets=[node.target], value=self.visit(node.value),
+                          type_comment=None)
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        f = node.func
+        if (len(node.args) == 2 and not node.keywords
+                and ((isinstance(f, ast.Name) and f.id == "cast")
+                     or (isinstance(f, ast.Attribute) and f.attr == "cast"
+                         and isinstance(f.value, ast.Name) and f.value.id == "typing"))):
+            return node.args[1]
+        return node
+
+
+def _postponed_annotations(tree: ast.Module) -> bool:
+    return any(isinstance(st, ast.ImportFrom) and st.module == "__future__"
+               and any(a.name == "annotations" for a in st.names) for st in tree.body)
+
+
+def _fill_empty(tree: ast.AST) -> ast.AST:
+    """A body a removed bare annotation left empty holds ``pass``."""
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            stmts = getattr(node, field, None)
+            if isinstance(stmts, list) and not stmts and field == "body":
+                setattr(node, field, [ast.Pass()])
+    return tree
+
+
 class _WhereItLives(ast.NodeTransformer):
     """What a move between subpackages changes and the logic does not: a package import names
-    its module by leaf (``ladder.measure.bench`` -> ``ladder.bench``; ``from ladder.measure
+    its module by leaf (``ladder.measuring.bench`` -> ``ladder.bench``; ``from ladder.measuring
     import bench`` -> ``from ladder import bench``), a ``"ladder.<...>.<module>:<fn>"`` string
     likewise, and a ``Path(__file__)`` parent chain that climbs above the file's own folder is
     counted from the package's folder (a module ``depth`` folders down climbs ``depth`` more)."""
@@ -244,8 +305,11 @@ def logic_digest(path: Path) -> str:
 def _digest(name: str, depth: int, text: str) -> str:
     """Memoised by file, depth and text: one workflow parse hashes ~20 rules whose code shares
     most modules (334 digests of ~60 files, three quarters of a parse's time, before)."""
-    tree: ast.AST = ast.parse(text, filename=name)
-    tree = _merge_imports(_WhereItLives(depth).visit(_NoDocstrings().visit(tree)))
+    parsed = ast.parse(text, filename=name)
+    tree: ast.AST = _NoDocstrings().visit(parsed)
+    if _postponed_annotations(parsed):
+        tree = _fill_empty(_NoTypes().visit(tree))
+    tree = _merge_imports(_WhereItLives(depth).visit(tree))
     return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
 
 

@@ -10,7 +10,7 @@
 
 Each method runs the uninstrumented ``plain`` run of a cell (the baseline; under qemu it also
 logs which symbols were translated) and the instrumented ``count`` run, and returns what it
-saw as a :class:`Counted`. The cell logic (``ladder.dispatch``) only judges.
+saw as a :class:`Counted`. The cell logic (``ladder.measuring.dispatch``) only judges.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ class UprobeMethod(Method):
 
 
 class LldbMethod(Method):
-    exact_kinds = ("dispatch",)
+    exact_kinds: tuple[str, ...] = ("dispatch",)
 
     def __init__(self, probes: Sequence[Probe], setup: Any, presence_only: bool = False):
         super().__init__(probes)

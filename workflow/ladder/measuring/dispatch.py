@@ -18,13 +18,13 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence, cast
 
 from ladder.core import progress
 from ladder.core.machine import host_brief
 from ladder.core.errors import LadderError
 from ladder.core.io import atomic_write_json, atomic_write_text, read_json
-from ladder.measuring.counting import Method, choose_method, open_method
+from ladder.measuring.counting import Method, QemuExecMethod, choose_method, open_method
 from ladder.preparing.emulation import bench_order, ran_order
 from ladder.core.kernels import (
     KINDS,
@@ -131,7 +131,7 @@ def judge_cell(*, expected: Family | None, families: FamilySet,
     if not others and not fb_hits:
         return out("DISPATCHED", f"{expected.name} {engaged} {kind} {unit}, nothing else"
                    f"{by_variant}", 1.0)
-    extra = f"; {fallback.name} kernels ran {fb_hits} times" if fb_hits else ""
+    extra = f"; {fallback.name} kernels ran {fb_hits} times" if fb_hits and fallback else ""
     return out("HYBRID", f"{expected.name} {engaged} of {total} matmul dispatches; also {ran}"
                f"{extra}{by_variant}", share if exact else None)
 
@@ -385,9 +385,9 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
             key = cell_key(cell)
             argv = workload_argv(bin_dir, inputs[quant][0]["path"], spec, t,
                                  r.get("bench_argv") or [], verbose)
-            baselines[key] = method.plain(argv, r.get("env") or {},
-                                          raw / cell_stem(r, rung, quant, workload, t), key,
-                                          timeout)
+            baselines[key] = cast(Method, method).plain(
+                argv, r.get("env") or {}, raw / cell_stem(r, rung, quant, workload, t), key,
+                timeout)
 
     if method is not None:
         if getattr(method, "marker", None) is not None:
@@ -405,8 +405,9 @@ def sweep(*, rung: Mapping[str, Any], provenance: str, quants: Mapping[str, Mapp
         g = groups.get(key)
         if g is None or key in counted:
             return counted.get(key)
-        res = method.count_tests(g.argv, g.env, raw / g.stem, g.key, g.tests, timeout,
-                                 g.checked, g.check_argv)
+        # a shared process exists only where the method has a test marker (QEMU's)
+        res = cast(QemuExecMethod, method).count_tests(
+            g.argv, g.env, raw / g.stem, g.key, g.tests, timeout, g.checked, g.check_argv)
         if res is None:
             for k in g.tests:
                 groups.pop(k, None)
@@ -536,7 +537,7 @@ def cell_levels_12(*, rung: Mapping[str, Any], expected: Family | None,
                   "needed": list(needed)}
     advertised_variant = (advertised_kernel(evidence, quant)
                           if expected and expected.variants else None)
-    advertised = bool(expected) and (
+    advertised = expected is not None and (
         expected.buffer is None or buffers.get(expected.buffer, 0.0) > 0.0)
     cell["L2"] = {"evidence_status": evidence.get("status"), "weight_buffers_mib": buffers,
                   "compiled_features": {k: v for k, v in
@@ -673,7 +674,8 @@ def sme_patterns(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def crosscheck_summary(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """How many cells a second method (QEMU's gdbstub) counted again, and whether they agree."""
-    checks = [(c, (c.get("L3") or {}).get("crosscheck")) for c in cells]
+    checks: list[tuple[Mapping[str, Any], Any]] = [
+        (c, (c.get("L3") or {}).get("crosscheck")) for c in cells]
     checks = [(c, x) for c, x in checks if x]
     if not checks:
         return None

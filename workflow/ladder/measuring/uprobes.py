@@ -136,7 +136,7 @@ def _delete_group(fd: int, group: str) -> None:
 
 def remove_stale_groups(tracefs: Path) -> list[str]:
     """Disable and delete ``ladder_<pid>`` groups whose process is gone."""
-    removed = []
+    removed: list[str] = []
     events_dir = tracefs / "events"
     if not events_dir.is_dir():
         return removed
