@@ -7,24 +7,9 @@ min_version("9.0")
 sys.path.insert(0, f"{workflow.basedir}/workflow")
 from ladder.reporting.fleet import check_executor, explain_failures
 from ladder.measuring.quality import cleanup_logits
-from ladder.core import progress
-from ladder.core.progress import announce_plan
+from ladder.planning.announce import announce_plan
 from ladder.core.outcome import recheck
 from ladder.planning.budget import RUN_ENV, new_run_id
-
-# the jobs whose time is measurement time, named by this workflow's rules (progress.py's own
-# list predates the serve rule; every measuring rule reaches progress.py, so an edit there
-# would re-measure every result)
-progress.MEASUREMENT_RULES = (
-    "bench",
-    "reconcile",
-    "evidence",
-    "quality",
-    "dispatch",
-    "serve_bench",
-    "serve",
-    "bandwidth",
-)
 
 
 configfile: "config/config.yaml"

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from conftest import ladder_cell, measure_block, sequential_policy
+from conftest import ROOT, ladder_cell, measure_block, sequential_policy
 from ladder.core.errors import LadderError
 from ladder.measuring import harness
 
@@ -311,3 +311,22 @@ def test_a_killed_cell_continues_from_its_last_round(tmp_path, monkeypatch):
     cell2, _, meta2 = harness.run_cell(first2, rungs, block, paths, (2, "prefill", None))
     assert meta2["resumed"] is None and min(r for _, r in first2.ran) == 0
     assert list(tmp_path.glob("job.stale-*"))
+
+
+def test_the_serving_policy_is_the_protocols_beside_the_bench():
+    """Issue 60, item 7: serving's measuring policy lives in ``planning.protocol`` (it was
+    written in common.smk): one process per rung and round, no warm-up round, its round the
+    mean, the bench cells' design up to serving.max_rounds, and it builds a harness policy."""
+    from ladder.planning import protocol
+    from ladder.planning.config import schema_defaults
+
+    serving = schema_defaults(ROOT / "workflow" / "schemas" / "config.schema.yaml", "serving")
+    block = protocol.serving_policy(measure_block(), serving)
+    assert (block["warmup_rounds"], block["repetitions"], block["round_statistic"]) == (
+        0, 1, "mean")
+    assert block["sequential"]["max"] == serving["max_rounds"]
+    assert block["rounds"] == serving["rounds"] and block["timeout_s"] == serving["timeout_s"]
+    p = harness.policy_from(block, threads=1, phase="decode")
+    assert p.limits == measure_block()["disturbance"]
+    assert "def serving_policy" in (ROOT / "workflow" / "rules" / "common.smk").read_text()
+    assert '"warmup_rounds": 0' not in (ROOT / "workflow" / "rules" / "common.smk").read_text()

@@ -12,6 +12,7 @@ from ladder.core.hosts import check_facts
 from ladder.core.io import read_json
 from ladder.planning.config import start_up
 from ladder.core import codeid
+from ladder.planning import protocol
 from ladder.planning.plan import Plan, all_sources
 from ladder.preparing.source import base_of, source_id
 from ladder.reporting.sections import SECTIONS
@@ -34,7 +35,6 @@ if QUANTIZE_HOST is None:
         "hosts: every host is emulated; list this machine too ({name: local}): its "
         "quantizer build makes the models the emulated hosts load"
     )
-H = paths.HOST
 
 
 wildcard_constraints:
@@ -770,21 +770,8 @@ def serving_settings(wildcards):
 
 
 def serving_policy(wildcards):
-    """How every serving experiment is measured (``harness.policy_from``): the serving rounds
-    and timeout, no warmup round, one process per rung and round, and the bench cells'
-    disturbance limits, CPU placement and seed."""
-    m, s = config["measure"], config["serving"]
-    return {
-        "rounds": s["rounds"],
-        "timeout_s": s["timeout_s"],
-        "warmup_rounds": 0,
-        "repetitions": 1,
-        "round_statistic": "mean",
-        "warmup": True,
-        # the llama-bench points: the bench cells' design, up to serving.max_rounds
-        "sequential": {**m["sequential"], "max": s["max_rounds"]},
-        **{k: m[k] for k in ("seed", "disturbance", "cpus")},
-    }
+    """How every serving experiment is measured: ``ladder.planning.protocol.serving_policy``."""
+    return protocol.serving_policy(config["measure"], config["serving"])
 
 
 def server_settings(wildcards):

@@ -1,5 +1,5 @@
 """The report's sections of the two profiling stages: where the time goes (perf hotspots) and
-each rung's kernels alone (ggml's kernel tests). Registered in ``ladder.sections``."""
+each rung's kernels alone (ggml's kernel tests). Registered in ``ladder.reporting.sections``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The report's serving section: every serving experiment's results summarized and judged with
-``ladder.stats`` (analysis only: it reads the kept results, never runs anything)."""
+``ladder.analysis.stats`` (analysis only: it reads the kept results, never runs anything)."""
 
 from __future__ import annotations
 
@@ -278,7 +278,7 @@ def unmeasured_rungs(section: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def section(ctx: SectionContext) -> dict[str, Any] | None:
-    """The registered builder (``ladder.sections``): None when no serving experiment ran."""
+    """The registered builder (``ladder.reporting.sections``): None when no serving experiment ran."""
     f = ctx.files
     if not any(f.values()):
         return None

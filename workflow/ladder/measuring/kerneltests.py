@@ -158,9 +158,3 @@ def run_tests(*, rung: Mapping[str, Any], provenance: str, quants: Sequence[str]
         log.info("%s: %s", name, doc[key].get("reason") or "ok")
     atomic_write_json(out_json, doc)
     return doc
-
-
-def unavailable_doc(rung: Mapping[str, Any], reason: str) -> dict[str, Any]:
-    return {"format": FORMAT, "rung": rung["name"], "build_key": rung.get("build_key"),
-            "types": [], "fns": {"status": "unavailable", "reason": reason},
-            "perf": {"status": "unavailable", "reason": reason}}

@@ -2,7 +2,7 @@
 
 This file runs under the *system* Python that matches lldb's extension module (Debian:
 ``/usr/bin/python3`` for python3-lldb-16), not under the workflow's venv, so it imports only
-the standard library and ``lldb`` (made importable by ``ladder.lldb.make_shim``).
+the standard library and ``lldb`` (made importable by ``ladder.measuring.debugger.make_shim``).
 
     python3 lldb_driver.py SPEC.json OUT.json
 

@@ -210,9 +210,6 @@ class Plan:
                           "timeout_s": self.settings["timeout_s"]}}
 
     # --- models and cells -------------------------------------------------------------------
-    def is_base_quant(self, model: str, quant: str) -> bool:
-        return self.config["models"][model]["quant"].lower() == quant.lower()
-
     def model_quants(self) -> list[tuple[str, str]]:
         wanted = self.settings["quants"]
         wanted_l = {q.lower() for q in wanted} if wanted else None

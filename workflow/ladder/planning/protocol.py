@@ -1,7 +1,7 @@
 """The measurement protocol: what a round is worth, which comparisons a cell makes, and when an
-early look may retire a rung (Haybittle-Peto). Shared by the measurement (``ladder.bench``) and
-the analysis (``ladder.stats``), so the analysis can change without re-measuring (issue 32):
-a measuring rule's identity reaches this module, never ``ladder.stats``.
+early look may retire a rung (Haybittle-Peto). Shared by the measurement
+(``ladder.measuring.bench``) and the analysis (``ladder.analysis.stats``), so the analysis can change without re-measuring (issue 32):
+a measuring rule's identity reaches this module, never ``ladder.analysis.stats``.
 
 ``VERSION`` is the protocol's explicit version (asv's benchmark_version): bump it when the way of
 measuring changes, and every cell is measured again; a change of the statistics, the report or
@@ -157,6 +157,24 @@ def run_seed(seed: int | None) -> tuple[int, str]:
     if seed is not None:
         return int(seed), "measure.seed"
     return secrets.randbits(32), "fresh"
+
+
+def serving_policy(measure: Mapping[str, Any], serving: Mapping[str, Any]) -> dict[str, Any]:
+    """How every serving experiment is measured (``harness.policy_from``), beside the bench's:
+    the serving rounds and timeout, no warm-up round, one process per rung and round (its
+    round the mean of its requests), a warm-up request in each, the llama-bench points on the
+    bench cells' anytime-valid design up to ``serving.max_rounds``, and the bench cells'
+    seed, disturbance limits and CPU placement."""
+    return {
+        "rounds": serving["rounds"],
+        "timeout_s": serving["timeout_s"],
+        "warmup_rounds": 0,
+        "repetitions": 1,
+        "round_statistic": "mean",
+        "warmup": True,
+        "sequential": {**measure["sequential"], "max": serving["max_rounds"]},
+        **{k: measure[k] for k in ("seed", "disturbance", "cpus")},
+    }
 
 
 def comparisons(ladder: Sequence[str], measured: set[str]) -> list[tuple[str, str, str]]:

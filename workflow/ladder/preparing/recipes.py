@@ -91,10 +91,6 @@ class Recipe:
             out["vendor"] = {name: json.loads(ident) for name, ident in self.vendor}
         return out
 
-    @property
-    def vendor_names(self) -> list[str]:
-        return [name for name, _ in self.vendor]
-
 
 @dataclass(frozen=True)
 class Rung:

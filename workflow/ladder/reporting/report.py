@@ -526,7 +526,7 @@ def build_doc(*, plan: Mapping[str, Any], stats_cfg: Mapping[str, Any],
               cost: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The report JSON from the host_report rule's named inputs (file lists): the core's
     (``CORE_INPUTS``; source and host are one file each) and each registered section's
-    (``ladder.sections``); a name not given is an empty list."""
+    (``ladder.reporting.sections``); a name not given is an empty list."""
     def files(name: str) -> list[str]:
         got = inputs.get(name) or []
         return [got] if isinstance(got, str) else list(got)
