@@ -74,6 +74,46 @@ def test_a_comment_reruns_nothing_and_a_logic_change_reruns_its_rules(tree):
     assert after["bench"] == before["bench"]  # a measurement that never reaches it
 
 
+def test_a_type_only_edit_reruns_nothing_and_a_field_is_code(tree):
+    """Issue 60, item 2: in a module whose annotations are never evaluated, a function's
+    annotations, a variable's and ``cast`` are the type checker's alone, so editing them
+    re-measures nothing (mypy no longer skips modules to spare their results); a class body's
+    annotations are fields (a dataclass's), so changing one is code."""
+    before = {s: codeid.code_hash(s) for s in ("bench", "dispatch", "report")}
+    progress = tree / "core" / "progress.py"
+    text = progress.read_text()
+    sig = "def step(label: str, done: int, total: int, *details: str) -> None:"
+    body = 'log.info(" · ".join([f"{label} {done}/{total}", *details]))'
+    assert sig in text and body in text
+    progress.write_text(text.replace(sig, "def step(label: Any, done: int, total: int, "
+                                          "*details: Any) -> Any:").replace(
+        body, 'shown: str\n    log.info(" · ".join([f"{label} {done}/{total}", '
+              '*cast(list[str], details)]))'))
+    codeid._tree.cache_clear()
+    assert {s: codeid.code_hash(s) for s in before} == before
+    # an annotated assignment is an assignment: a new variable is new code
+    progress.write_text(text.replace(body, "pace: float = 6\n    " + body))
+    codeid._tree.cache_clear()
+    assert codeid.code_hash("bench") != before["bench"]
+    progress.write_text(text)
+    kernels = tree / "core" / "kernels.py"
+    k = kernels.read_text()
+    kernels.write_text(k.replace("    dispatch: str | None = None",
+                                 "    dispatch: ClassVar[str | None] = None", 1))
+    codeid._tree.cache_clear()
+    assert codeid.code_hash("dispatch") != before["dispatch"]  # no longer a dataclass field
+
+
+def test_annotations_are_code_where_they_are_evaluated():
+    """Without ``from __future__ import annotations`` a def's annotations are evaluated when it
+    runs (a missing name raises), so there they stay in the hash."""
+    plain = "def f(x: int) -> int:\n    return x\n"
+    other = "def f(x: str) -> int:\n    return x\n"
+    assert codeid._digest("a.py", 0, plain) != codeid._digest("a.py", 0, other)
+    future = "from __future__ import annotations\n"
+    assert codeid._digest("a.py", 0, future + plain) == codeid._digest("a.py", 0, future + other)
+
+
 # the measuring rules' code: (adapter, the entry its rule names): the serve rule runs each
 # serving experiment's own module (its x-serving)
 MEASURING = (("bench",), ("serve_bench",),
@@ -222,7 +262,7 @@ def test_the_package_init_is_no_module_of_any_rule():
         assert "__init__" not in codeid.code_modules(script)
 
 
-LAYERS = ("core", "preparing", "planning", "measuring", "analysis", "reporting")
+LAYERS = ("core", "preparing", "planning", "measuring", "analysis", "reporting", "commands")
 
 def test_an_import_for_the_type_checker_alone_is_no_part_of_a_rules_code():
     """The views annotate with the report's SectionContext under ``if TYPE_CHECKING:``: an

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ladder.commands import compare_command
 from ladder.reporting import compare
 from ladder.core.errors import LadderError
 
@@ -53,7 +54,7 @@ def test_unknown_gate_is_named():
 
 
 def test_cli_error_is_one_line(tmp_path, capsys):
-    assert compare.main([str(tmp_path / "missing.json"), str(REPORT)]) == 1
+    assert compare_command.main([str(tmp_path / "missing.json"), str(REPORT)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("ladder compare: ") and len(err.strip().splitlines()) == 1
 

@@ -373,7 +373,7 @@ def test_bisect_finds_the_slow_commit(run_dir, tmp_path):
     rounds = tmp_path / "rounds.yaml"  # a 3x step, called at 4 rounds
     rounds.write_text("measure: {rounds: 4, repetitions: 1, rounds_from_noise: {enabled: false}, "
                       "sequential: {max: 4}}\n")  # decided at the third or fourth look
-    argv = [sys.executable, "-m", "ladder.reporting.bisect", "--repo", str(repo), "--good", "HEAD~5",
+    argv = [sys.executable, "-m", "ladder.commands.bisect_command", "--repo", str(repo), "--good", "HEAD~5",
             "--bad", "HEAD", "--rung", "floor", "--quant", "Q4_0", "--workload", "pp16",
             "--threads", "2", "-d", str(tmp_path / "work"), "--configfile", str(E2E_CONFIG),
             str(rounds), "--config", f"resources_dir={shared_resources()}"]
@@ -429,7 +429,7 @@ def test_bisect_a_moderate_step_is_found_or_says_what_it_needs(run_dir, tmp_path
     rounds = tmp_path / "rounds.yaml"
     rounds.write_text("measure: {rounds: 4, repetitions: 1, rounds_from_noise: {enabled: false}, "
                       "sequential: {max: 4}}\n")
-    argv = [sys.executable, "-m", "ladder.reporting.bisect", "--repo", str(repo), "--good",
+    argv = [sys.executable, "-m", "ladder.commands.bisect_command", "--repo", str(repo), "--good",
             shas[0], "--bad", shas[-1], "--rung", "floor", "--quant", "Q4_0", "--workload",
             "tg16", "--threads", "2", "-d", str(tmp_path / "work"), "--configfile",
             str(E2E_CONFIG), str(rounds), "--config", f"resources_dir={shared_resources()}"]
@@ -468,7 +468,7 @@ def rule_counts(out: str) -> dict[str, int]:
 
 
 def rung_paths(run_dir: Path, kind: str, rung: str) -> list[str]:
-    res = subprocess.run([sys.executable, "-m", "ladder.planning.targets", kind, rung,
+    res = subprocess.run([sys.executable, "-m", "ladder.commands.paths_command", kind, rung,
                           "--configfile", str(E2E_CONFIG),
                           "--config", f"resources_dir={shared_resources()}"],
                          capture_output=True, text=True, cwd=run_dir, timeout=120)
@@ -681,7 +681,7 @@ def test_html_report_in_headless_chromium(run_dir, tmp_path):
             pytest.fail("chromium is missing on CI (.ci/run installs it)")
         pytest.skip("no chromium on PATH (apt-get install chromium)")
     out = tmp_path / "rendered"
-    res = subprocess.run([sys.executable, "-m", "ladder.reporting.render", f"{HOST}/report/ladder.json",
+    res = subprocess.run([sys.executable, "-m", "ladder.commands.render_command", f"{HOST}/report/ladder.json",
                           "--out", str(out)], cwd=run_dir, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     js = """({

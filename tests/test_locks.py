@@ -7,7 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from ladder.core.locks import clear_stale_lock, main, workdir_of
+from ladder.commands.unlock_command import main
+from ladder.core.locks import clear_stale_lock, workdir_of
 
 
 def test_workdir_from_the_command_line(tmp_path):
@@ -51,3 +52,20 @@ def test_a_live_runs_lock_is_kept(tmp_path, capsys):
         proc.kill()
         proc.wait()
     assert main(["-d", str(tmp_path)]) == 0 and not (locks / "0.output.lock").exists()
+
+
+def test_every_verb_of_the_script_is_a_command_module():
+    """Issue 60, item 3: the ``ladder`` script's verbs (but run/test/setup/system/snakemake,
+    the shell's own) each run ``ladder.commands.<verb>_command``, and every command module is
+    one a verb runs."""
+    import importlib
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    script = (root / "ladder").read_text()
+    ran = set(re.findall(r"python -m ladder\.commands\.(\w+)", script))
+    assert ran == {p.stem for p in (root / "workflow" / "ladder" / "commands").glob("*_command.py")}
+    assert not re.findall(r"python -m ladder\.(?!commands\.)", script)
+    for mod in ran:
+        assert callable(importlib.import_module(f"ladder.commands.{mod}").main), mod

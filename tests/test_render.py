@@ -16,7 +16,8 @@ import pytest
 from ladder.measuring.bandwidth import probe
 from ladder.core.errors import LadderError
 from ladder.reporting.figures import thread_sweeps
-from ladder.reporting.render import main, render_all, validate
+from ladder.commands.render_command import main
+from ladder.reporting.render import render_all, validate
 from ladder.core.cost import cost_table, host_price
 from ladder.reporting.report import roofline
 

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from workflow_runner import ROOT, run_snakemake, serving_off, shared_resources
 
-from ladder.core.locks import main as clear_lock
+from ladder.commands.unlock_command import main as clear_lock
 
 pytestmark = pytest.mark.e2e
 E2E_CONFIG = ROOT / "tests" / "configs" / "e2e.yaml"
@@ -208,7 +208,7 @@ def generic_native(tmp_path_factory):
 
 
 def compare_cli(base: Path, new: Path, out: Path, *gate: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ladder.reporting.compare", str(base), str(new),
+    return subprocess.run([sys.executable, "-m", "ladder.commands.compare_command", str(base), str(new),
                            "--out", str(out), *gate], capture_output=True, text=True,
                           timeout=120)
 

@@ -1,6 +1,6 @@
 """A killed run resumes with one command: ``./ladder run`` clears a stale Snakemake lock.
 
-    python -m ladder.locks [snakemake args...]
+    ladder run [snakemake args...]   (ladder.commands.unlock_command, then snakemake)
 
 Snakemake locks a work directory (``.snakemake/locks/*.lock``) for the length of a run and
 removes the lock when it ends. A run killed with SIGKILL (or a lost machine) leaves it behind,
@@ -12,7 +12,6 @@ run says so. A lock that a live run holds is never touched: the command stops an
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -60,26 +59,3 @@ def clear_stale_lock(workdir: Path) -> tuple[str, list[Path], list[int]]:
     for f in locks:
         f.unlink(missing_ok=True)
     return "stale", locks, []
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if "--unlock" in args or "--nolock" in args:
-        return 0
-    workdir = workdir_of(args)
-    state, locks, holders = clear_stale_lock(workdir)
-    if state == "stale":
-        print(f"ladder: {workdir} was locked by a run that is gone (killed, or its machine "
-              f"lost); no snakemake process works there now, so the stale lock "
-              f"({', '.join(p.name for p in locks)}) was removed. Jobs the killed run left "
-              "incomplete are run again; finished results are kept.", file=sys.stderr)
-    elif state == "held":
-        pids = ", ".join(map(str, holders))
-        print(f"ladder: {workdir} is locked by a running snakemake (pid {pids}); wait for it "
-              "to end, or stop it, before starting another run here.", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

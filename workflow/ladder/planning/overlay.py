@@ -10,15 +10,10 @@ key. The result is a YAML overlay for ``./ladder run --configfile``.
 
 from __future__ import annotations
 
-import argparse
 import re
-import sys
 from typing import Any, Mapping, Sequence
 
-import yaml
-
 from ladder.core.errors import LadderError
-from ladder.planning.targets import load_config
 
 WORKLOAD = re.compile(r"^(pp|tg)([1-9][0-9]*)$")
 
@@ -48,27 +43,3 @@ def overlay(base: Mapping[str, Any], quants: Sequence[str] = (), workloads: Sequ
         measure["rounds"] = rounds  # fixed: the rounds asked for, not chosen from the noise
         measure["rounds_from_noise"] = {"enabled": False}
     return {"measure": measure} if measure else {}
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="ladder overlay", description=__doc__.splitlines()[0])
-    ap.add_argument("--base", action="append", default=[],
-                    help="config overlays the run also uses (to switch their workloads off)")
-    ap.add_argument("--quants", default="", help="comma list, e.g. Q4_0,Q8_0 (empty: the base's)")
-    ap.add_argument("--workloads", default="", help="comma list of ppN / tgN (empty: the base's)")
-    ap.add_argument("--rounds", default="", help="measured rounds per cell (empty: the base's)")
-    args = ap.parse_args(argv)
-    try:
-        base = load_config(args.base)
-        doc = overlay(base, args.quants.split(",") if args.quants else [],
-                      args.workloads.split(",") if args.workloads else [],
-                      int(args.rounds) if args.rounds else None)
-    except (LadderError, ValueError) as exc:
-        print(f"ladder overlay: {exc}", file=sys.stderr)
-        return 1
-    sys.stdout.write(yaml.safe_dump(doc, sort_keys=False) if doc else "{}\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

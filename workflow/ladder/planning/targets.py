@@ -13,7 +13,6 @@ its host_facts job recorded (results/hosts/<host>/host.json), so run the workflo
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Any, MutableMapping, Sequence
@@ -101,27 +100,3 @@ def rung_paths(kind: str, rung: str, plans: dict[str, Plan]) -> list[str]:
         out += [paths.result("reconcile", host=name, model=m, quant=q, workload=w)
                 for m, q, w in plan.reconcile_cells()]
     return list(dict.fromkeys(out))
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="ladder paths", description=__doc__.splitlines()[0])
-    ap.add_argument("kind", choices=["build", "measure"])
-    ap.add_argument("rung")
-    ap.add_argument("--host", action="append", default=[], help="only this host (repeatable)")
-    ap.add_argument("--configfile", action="append", default=[],
-                    help="config overlays, as given to snakemake")
-    ap.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE",
-                    help="config values, as given to snakemake (e.g. resources_dir=/shared)")
-    args = ap.parse_args(argv)
-    try:
-        config = load_config(args.configfile, args.config)
-        for p in rung_paths(args.kind, args.rung, host_plans(config, args.host)):
-            print(p)
-    except LadderError as exc:
-        print(f"ladder paths: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -27,9 +27,7 @@ called slowdown there is a ``slower`` finding too, so a serving regression fails
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
-import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -324,34 +322,3 @@ def render(result: Mapping[str, Any]) -> tuple[str, str]:
     env = environment("")
     return (env.get_template("compare.md.j2").render(doc=result),
             env.get_template("compare.html.j2").render(doc=result))
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="ladder compare", description=__doc__.splitlines()[0])
-    ap.add_argument("base", help="the baseline run's report JSON")
-    ap.add_argument("new", help="the new run's report JSON")
-    ap.add_argument("--out", default=".", help="where compare.{json,md,html} go")
-    ap.add_argument("--fail-on", default="", help=f"comma list of {', '.join(GATES)}")
-    ap.add_argument("--confidence", type=float, default=0.95)
-    args = ap.parse_args(argv)
-    try:
-        fail_on = [g for g in args.fail_on.split(",") if g]
-        result = compare(load_report(args.base), load_report(args.new), args.confidence)
-        failed = gate(result, fail_on)
-        md, html = render(result)
-        out = Path(args.out)
-        atomic_write_json(out / "compare.json", result)
-        atomic_write_text(out / "compare.md", md)
-        atomic_write_text(out / "compare.html", html)
-    except LadderError as exc:
-        print(f"ladder compare: {exc}", file=sys.stderr)
-        return 1
-    print(md)
-    if failed:
-        print("ladder compare: gate failed:\n  " + "\n  ".join(failed), file=sys.stderr)
-        return 3
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """The fleet report: the same rung x quant x workload across hosts, from their own reports.
 
-    python -m ladder.fleet [results/hosts/*/report/ladder.json ...] [--out DIR]
+    ladder fleet [results/hosts/*/report/ladder.json ...] [--out DIR]
 
 Each host keeps its own noise floor (its control rung, measured interleaved on that host). A
 cross-host ratio pairs nothing (rounds on two machines are independent), so it is the ratio of
@@ -13,7 +13,6 @@ Cells are compared only when their metadata agree (same model file, source, work
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import re
 import sys
@@ -442,22 +441,3 @@ def write_fleet(reports: Sequence[str], out_dir: Path, stem: str = "fleet",
         atomic_write_text(paths[kind], env.get_template(f"fleet.{kind}.j2").render(
             doc=doc, partial=stem != "fleet"))
     return paths
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="ladder fleet", description=__doc__.splitlines()[0])
-    ap.add_argument("reports", nargs="*", help="per-host ladder.json files "
-                    "(default: results/hosts/*/report/ladder.json)")
-    ap.add_argument("--out", default="results/report", help="output directory")
-    args = ap.parse_args(argv)
-    reports = args.reports or sorted(str(p) for p in Path("results/hosts").glob("*/report/ladder.json"))
-    if not reports:
-        print("ladder fleet: no per-host reports found under results/hosts/", file=sys.stderr)
-        return 1
-    from ladder.reporting.render import cli
-
-    return cli("ladder fleet", lambda: write_fleet(reports, Path(args.out)))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

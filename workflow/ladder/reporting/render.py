@@ -1,6 +1,6 @@
 """Render the report JSON (the single source) to Markdown, standalone HTML and PNG figures.
 
-    python -m ladder.render results/hosts/<host>/report/ladder.json [--out DIR]
+    ladder render results/hosts/<host>/report/ladder.json [--out DIR]
 
 re-renders from an existing results directory (e.g. one copied from another host) without
 running anything else. The JSON is checked against ``workflow/schemas/report.schema.yaml``
@@ -9,7 +9,6 @@ first; a problem names the file and the JSON path at fault.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import datetime as dt
 import logging
@@ -223,17 +222,3 @@ def cli(prog: str, make: Any) -> int:
     for kind, p in paths.items():
         print(f"{kind}: {p}")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="ladder render", description=__doc__.splitlines()[0])
-    ap.add_argument("report_json", nargs="?", default="results/hosts/local/report/ladder.json")
-    ap.add_argument("--out", default=None, help="output directory (default: beside the JSON)")
-    ap.add_argument("--workdir", default=".", help="directory the result paths are relative to")
-    args = ap.parse_args(argv)
-    return cli("ladder render", lambda: render_all(
-        args.report_json, args.out or Path(args.report_json).parent, args.workdir))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
