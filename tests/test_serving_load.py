@@ -1024,3 +1024,26 @@ def test_the_report_prints_each_rungs_concurrency_capacity(tmp_path):
     assert "a later round starts at the rung's earlier capacity" in md
     assert 'id="concurrency-capacity-table"' in html
     assert "serving_load_concurrency_capacity" in html
+
+
+def test_a_first_search_starts_near_the_servers_own_saturation():
+    """Issue 56: a round's first search walks from a fraction of the rate the warm-up's service
+    time gives (slots / service time) on the same grid as a doubling search, so it finds the
+    same capacity in fewer probes where start_rps is far from it."""
+    guess = server_load.first_guess(0.25, 2, 0.75)  # 2 slots at 250 ms a request: 8/s busy
+    assert math.isclose(guess, 6.0)
+    assert server_load.first_guess(None, 2, 0.75) is None
+    assert server_load.first_guess(0.25, 2, 0.0) is None
+    doubling, tried_d = search(5.0)
+    walked, tried_w = search(5.0, guess=guess)
+    assert walked["capacity_rps"] == doubling["capacity_rps"]  # one grid, one answer
+    assert walked["bracket"] == doubling["bracket"] and walked["guess"] == guess
+    assert len(tried_w) < len(tried_d), (tried_w, tried_d)
+    # a guess far off still finds it (walking 1, 2, 4, ... steps), never off the grid's ends
+    far, _ = search(0.6, guess=12.0)
+    assert far["capacity_rps"] == search(0.6)[0]["capacity_rps"]
+    top, _ = search(100.0, guess=12.0)
+    assert top["bound"] == "above" and top["capacity_rps"] == 16.0
+    # a later round's hint wins over the guess
+    hinted, tried_h = search(5.0, guess=1.0, hint=4.76)
+    assert hinted["guess"] is None and tried_h[0] == pytest.approx(4.757, abs=1e-3)

@@ -231,7 +231,7 @@ DIMS: dict[str, dict[str, Any]] = {
     "rate": {"row": "capacity", "value": "capacity_rps", "what": "request rate", "x": "rate",
              "top": "max_rps",
              "search": ("warmup_services", "measure_services", "probe_max_s", "start_rps",
-                        "min_rps", "max_rps", "bisect", "warm_start")},
+                        "min_rps", "max_rps", "bisect", "start_from_service", "warm_start")},
     "concurrency": {"row": "concurrency", "value": "capacity_streams",
                     "what": "concurrent streams", "x": "concurrency", "top": "max_streams",
                     "search": ("max_streams", "waves", "requests", "warm_start")},
@@ -447,10 +447,17 @@ def capacity_method(cap: Mapping[str, Any], slots: int) -> str:
                 f"measured window's departures not significantly fewer than its arrivals "
                 f"(Poisson, α = {rule['alpha']:g}) and the requests in the system grown by no "
                 f"more than the slots from its first quarter to its last. A probe whose client "
-                f"fell behind its schedule is set aside and run again. The search doubles from "
-                f"{s['start_rps']:g}/s (halving if it fails, down to {s['min_rps']:g}/s; up to "
-                f"{s['max_rps']:g}/s), then bisects the bracket {s['bisect']} time(s), so a "
-                f"round's capacity is resolved to {cap['resolution']:.2f}x"
+                f"fell behind its schedule is set aside and run again. "
+                + (f"The first search starts at {float(s['start_from_service']) * 100:g} % of the "
+                   f"rate the server's warm-up service time gives (slots / service time) and "
+                   f"walks 1, 2, 4, ... steps of the grid {s['start_rps']:g}/s x "
+                   f"{cap['resolution']:.2f}^k from there until a rate passes and the next "
+                   f"fails (down to {s['min_rps']:g}/s, up to {s['max_rps']:g}/s), then bisects"
+                   if s.get("start_from_service") else
+                   f"The search doubles from {s['start_rps']:g}/s (halving if it fails, down to "
+                   f"{s['min_rps']:g}/s; up to {s['max_rps']:g}/s), then bisects the bracket "
+                   f"{s['bisect']} time(s)")
+                + f", so a round's capacity is resolved to {cap['resolution']:.2f}x"
                 + (" (a later round starts at the rung's earlier capacity and walks 1, 2, 4, "
                    "... steps of that grid until a rate passes and the next fails, then "
                    "bisects)" if s.get("warm_start") else "")

@@ -99,7 +99,8 @@ def _found(key: str, lo: float | None, hi: float | None, hint: float | None
 
 
 def search_capacity(attains: Callable[[float], bool], *, start: float, min_rate: float,
-                    max_rate: float, bisect: int, hint: float | None = None) -> dict[str, Any]:
+                    max_rate: float, bisect: int, hint: float | None = None,
+                    guess: float | None = None) -> dict[str, Any]:
     """The highest request rate whose probe ``attains(rate)`` (passes ``planning/steady``'s
     rule), on the grid start x 2^(k / 2^bisect) between the powers of two (times ``start``)
     nearest inside [min_rate, max_rate]. A first search (``hint`` None) doubles from ``start``
@@ -108,7 +109,8 @@ def search_capacity(attains: Callable[[float], bool], *, start: float, min_rate:
     says how they differ and why). A later
     round starts at ``hint`` (the rung's capacity in its earlier rounds) and walks one grid step,
     then two, four, ... until the bracket is found, then bisects it: the same grid, so the same
-    resolution, in two probes when the capacity held. The capacity is the highest rate that
+    resolution, in two probes when the capacity held. A first search given a ``guess`` (from
+    the server's own service time: ``first_guess``) walks from it the same way. The capacity is the highest rate that
     passed (a lower bound of the round's true capacity); the true one lies below
     ``bracket[1]``. ``bound``: "bracketed", "below" (even the lowest rate failed: capacity
     below it) or "above" (the highest passed: capacity at least it)."""
@@ -123,12 +125,26 @@ def search_capacity(attains: Callable[[float], bool], *, start: float, min_rate:
     def passes(k: int) -> bool:
         return attains(rate(k))
 
-    if hint is None:
+    from_rate = hint if hint is not None else guess
+    if from_rate is None:
         lo, hi = _walk(passes, 0, kmin, kmax, m, gallop=False)
     else:
-        lo, hi = _walk(passes, round(m * math.log2(hint / start)), kmin, kmax, 1, gallop=True)
-    return _found("capacity_rps", None if lo is None else rate(lo),
-                  None if hi is None else rate(hi), hint)
+        lo, hi = _walk(passes, round(m * math.log2(from_rate / start)), kmin, kmax, 1,
+                       gallop=True)
+    return {**_found("capacity_rps", None if lo is None else rate(lo),
+                     None if hi is None else rate(hi), hint),
+            "guess": guess if hint is None else None}
+
+
+def first_guess(service_s: float | None, slots: int, fraction: float) -> float | None:
+    """Where a rung's first capacity search starts: ``fraction`` of the rate its server serves
+    with every slot busy (slots / service time, its saturation as measured at its warm-up; a
+    queue's capacity within a latency limit lies below it). None (the search doubles from
+    start_rps) when the fraction is 0 or no service time was measured. On this VM the
+    capacities found were 0.72-0.86 of it (docs/serving-capacity.md)."""
+    if not fraction or not service_s or service_s <= 0:
+        return None
+    return fraction * slots / service_s
 
 
 def search_concurrency(attains: Callable[[int], bool], *, max_streams: int,
@@ -409,7 +425,9 @@ def _capacity(srv: Server, lv: Mapping[str, Any], cfg: Mapping[str, Any], seed: 
 
     found = search_capacity(at_rate, start=float(cap["start_rps"]),
                             min_rate=float(cap["min_rps"]), max_rate=float(cap["max_rps"]),
-                            bisect=int(cap["bisect"]), hint=hints.get("rate"))
+                            bisect=int(cap["bisect"]), hint=hints.get("rate"),
+                            guess=first_guess(service_s, slots_for(cfg),
+                                              float(cap.get("start_from_service") or 0)))
     rate_s = time.perf_counter() - t0
     row = {**lv, "duration_s": rate_s, "summary": {}, "server_metrics": {},
            "capacity": {**found, "target": cap["target"], "probes": rate_probes,
