@@ -85,7 +85,7 @@ def builds(dirs: Iterable[Path], spans: dict[str, tuple[float, float]]) -> list[
                 "configure_s": doc.get("configure_wall_s"), "build_s": doc.get("build_wall_s"),
                 "hits": hits, "misses": misses,
             })
-        # a vendor library's test suite built by a vendor_tests job (ladder.measuring.vendortests)
+        # a vendor library's test suite built by a vendor_tests job (ladder.measuring.vendor_tests)
         for rec_path in sorted(d.glob("**/*.vendor.json")):
             try:
                 doc = json.loads(rec_path.read_text())

@@ -47,7 +47,7 @@ def main() -> int:
     repo = histories.spin_history(out / "repo", args.commits, args.slow_at, args.micros)
     shas = subprocess.run(["git", "rev-list", "--reverse", "HEAD"], cwd=repo, check=True,
                           capture_output=True, text=True).stdout.split()
-    argv = [sys.executable, "-m", "ladder.reporting.bisect", "--repo", str(repo),
+    argv = [sys.executable, "-m", "ladder.commands.bisect_command", "--repo", str(repo),
             "--good", shas[0], "--bad", shas[-1], "--rung", args.rung, "--quant", args.quant,
             "--workload", args.workload, "--threads", str(args.threads), "-d", str(out / "work"),
             *(["--configfile", *args.configfile] if args.configfile else []),

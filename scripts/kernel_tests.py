@@ -3,7 +3,7 @@ import sys
 
 sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the ladder package
 from ladder.core.adapter import run_step
-from ladder.measuring.kerneltests import run_tests
+from ladder.measuring.kernel_tests import run_tests
 
 run_step(snakemake, lambda: run_tests(
     rung=snakemake.params.rung, provenance=snakemake.input.build,

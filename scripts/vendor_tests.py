@@ -3,7 +3,7 @@ import sys
 
 sys.path.insert(0, os.path.join(snakemake.scriptdir, "..", "workflow"))  # the ladder package
 from ladder.core.adapter import run_step
-from ladder.measuring.vendortests import run_suite
+from ladder.measuring.vendor_tests import run_suite
 
 run_step(snakemake, lambda: run_suite(
     rung=snakemake.params.rung, provenance=snakemake.input.build,

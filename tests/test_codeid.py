@@ -19,10 +19,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_report_reaches_every_module_it_imports():
     # the hand-kept list had drifted: host_report's omitted serving and cost
     mods = codeid.code_modules("report")
-    assert {"report", "stats", "serving_view", "server_load_view", "cost", "quality",
+    assert {"report", "stats", "serving_view", "load_view", "cost", "quality",
             "dispatch"} <= set(mods)
     # a registered section's builder, named "ladder.<module>:<function>", counts too
-    assert {"sections", "profileview"} <= set(mods)
+    assert {"sections", "profile_view"} <= set(mods)
     # a module run as a program by file name (the lldb driver) counts too
     assert "lldb_driver" in codeid.code_modules("dispatch")
 
@@ -118,7 +118,7 @@ def test_annotations_are_code_where_they_are_evaluated():
 # serving experiment's own module (its x-serving)
 MEASURING = (("bench",), ("serve_bench",),
              *(("serve", e.module) for e in server_experiments()))
-ANALYSIS = {"stats", "serving_view", "server_load_view", "report", "figures", "render", "overview",
+ANALYSIS = {"stats", "serving_view", "load_view", "report", "figures", "render", "overview",
             "fleet", "compare", "cost"}
 
 
@@ -169,8 +169,8 @@ def test_building_the_plan_imports_no_measurement_code():
     """Issue 32, item 4: ``Plan`` reaches the settings it plans from (``stages`` for hotspots
     and kernel tests, ``serving_experiments`` for serving), never the code that measures or analyses."""
     reach = set(codeid.module_reach("plan"))
-    measuring = {"bench", "harness", "hotspots", "kerneltests", "prefix_cache", "batched_bench",
-                 "server_load", "load_client", "llama_server", "dispatch", "debugger", "lldb_driver", "uprobes", "counting", "quality",
+    measuring = {"bench", "harness", "hotspots", "kernel_tests", "prefix_cache", "concurrency",
+                 "load", "load_client", "llama_server", "dispatch", "debugger", "lldb_driver", "uprobes", "counting", "quality",
                  "evidence", "bandwidth", "build", "run"}
     assert not reach & (measuring | ANALYSIS), sorted(reach & (measuring | ANALYSIS))
     assert {"stages", "serving_experiments", "protocol"} <= reach

@@ -83,7 +83,7 @@ def test_a_serving_regression_under_load_fails_the_gate():
     the per-round values, Welch), and a called slowdown is a ``slower`` finding."""
     from test_serving_load import PLAN, STATS, synthetic_doc
 
-    from ladder.analysis.server_load_view import summarize_load
+    from ladder.analysis.load_view import summarize_load
 
     base = compare.load_report(str(REPORT))
     base.setdefault("serving", {})["load"] = summarize_load(synthetic_doc(), PLAN, STATS)

@@ -1035,7 +1035,7 @@ def test_a_server_killed_mid_load_is_named_and_counted(report, run_dir, tmp_path
 
     from conftest import measure_block
     from ladder.measuring.harness import Paths
-    from ladder.measuring.server_load import measure_load
+    from ladder.measuring.load import measure_load
 
     builds = {r["name"]: r["build_key"] for r in report["rungs"]}
     rungs = [{"name": n, "provenance": str(shared_resources() / "builds" / builds[b]

@@ -12,7 +12,7 @@ from ladder.core.errors import LadderError
 from ladder.measuring.hotspots import group_samples, parse_perf_report
 from ladder.planning.stages import phase_workloads
 from ladder.core.kernels import OTHER, load_families
-from ladder.measuring.kerneltests import ggml_type, parse_fns, parse_perf
+from ladder.measuring.kernel_tests import ggml_type, parse_fns, parse_perf
 from ladder.reporting.report import kernel_flag, time_share
 
 X86 = load_families("x86_64")

@@ -171,7 +171,7 @@ def test_lever_sentence_compares_both_levers_on_one_rung_with_intervals():
 
 
 def test_batched_bench_jsonl(fixture_text):
-    from ladder.measuring.batched_bench import batched_records
+    from ladder.measuring.concurrency import batched_records
 
     recs = batched_records(fixture_text("x86_64/batched-bench-native_repack-q4_0.jsonl"), "f")
     assert [r["pl"] for r in recs] == [1, 2]

@@ -20,8 +20,8 @@ import pytest
 from aiohttp import web
 
 from ladder.measuring import load_client
-from ladder.analysis import server_load_view
-from ladder.measuring import server_load
+from ladder.analysis import load_view
+from ladder.measuring import load as server_load
 from ladder.core.errors import LadderError
 from ladder.planning import steady
 
@@ -133,11 +133,11 @@ def test_success_only_percentiles_sit_beside_the_adjusted_ones():
 def test_the_load_section_lists_success_only_percentiles_where_rows_failed():
     from ladder.reporting.render import _fmt_ms
 
-    sec = server_load_view.summarize_load(synthetic_doc(fail_round=2), PLAN, STATS)
+    sec = load_view.summarize_load(synthetic_doc(fail_round=2), PLAN, STATS)
     (row,) = sec["success_only"]  # the floor's row; the others completed every request
     assert (row["rung"], row["completed"], row["requests"]) == ("floor", 12, 16)
     assert _fmt_ms(row["ttft_ok_p99_ms"]) != "failed" and row["ttft_ok_p99_ms"] > 900
-    assert server_load_view.summarize_load(synthetic_doc(), PLAN, STATS)["success_only"] == []
+    assert load_view.summarize_load(synthetic_doc(), PLAN, STATS)["success_only"] == []
 
 
 def test_a_percentile_is_failed_only_when_the_failures_reach_it():
@@ -425,7 +425,7 @@ def synthetic_doc(fail_round: int | None = None, fast_ttft: float = 0.1) -> dict
 
 
 def test_the_report_judges_latency_per_level_like_a_cell():
-    sec = server_load_view.summarize_load(synthetic_doc(), PLAN, STATS)
+    sec = load_view.summarize_load(synthetic_doc(), PLAN, STATS)
     rows = {r["rung"]: r for r in sec["table"]}
     assert rows["floor"]["pooled"]["requests"] == 16 and rows["floor"]["pooled"]["good"] == 0
     assert rows["fast"]["pooled"]["good"] == 16
@@ -433,7 +433,7 @@ def test_the_report_judges_latency_per_level_like_a_cell():
     step = ttft99["vs_floor"][0]
     assert step["rung"] == "fast" and step["verdict"]["call"] == "faster"
     assert 8 < step["ratio"]["estimate"] < 12
-    words = server_load_view.sentences(sec)
+    words = load_view.sentences(sec)
     assert any(w.startswith("at 1 stream, `fast`'s p99 TTFT is") and "lower than `floor`'s" in w
                for w in words)
 
@@ -441,7 +441,7 @@ def test_the_report_judges_latency_per_level_like_a_cell():
 def test_a_round_whose_percentile_failed_counts_as_the_timeout_never_dropped():
     """Issue 43, item 2: the failed round enters the paired judgement at the request timeout
     (the least its failed requests' latency can be), not left out."""
-    sec = server_load_view.summarize_load(synthetic_doc(fail_round=2), PLAN, STATS)
+    sec = load_view.summarize_load(synthetic_doc(fail_round=2), PLAN, STATS)
     floor = next(r for r in sec["table"] if r["rung"] == "floor")
     assert floor["pooled"]["requests"] == 16 and floor["pooled"]["failed"] == 4
     assert floor["per_round"]["ttft_p99_ms"]["failed_rounds"] == 1
@@ -451,7 +451,7 @@ def test_a_round_whose_percentile_failed_counts_as_the_timeout_never_dropped():
     assert step["ratio"]["n"] == 4  # every round paired, the failed one at 60 s
     per_round = sorted(step["ratio"]["per_round"])
     assert per_round[-1] > 500 and per_round[0] < 15  # the failed round: 60 s against 0.1 s
-    ok = server_load_view.summarize_load(synthetic_doc(), PLAN, STATS)
+    ok = load_view.summarize_load(synthetic_doc(), PLAN, STATS)
     ok_step = next(c for c in ok["cells"] if c["metric"] == "ttft_p99_ms")["cell"]["vs_floor"][0]
     assert step["ratio"]["estimate"] > ok_step["ratio"]["estimate"]  # the failure counts
 
@@ -504,7 +504,7 @@ def test_a_rounds_percentile_prints_with_its_interval_or_its_failures():
     assert _fmt_ms_ci({"estimate": 1273.0, "lo": None, "hi": None, "failed_rounds": 1}) == \
         "1273, 1 round(s) failed"
     assert _fmt_ms_ci({"estimate": None, "failed_rounds": 3}) == "failed"
-    sec = server_load_view.summarize_load(synthetic_doc(fail_round=2), PLAN, STATS)
+    sec = load_view.summarize_load(synthetic_doc(fail_round=2), PLAN, STATS)
     floor = next(r for r in sec["table"] if r["rung"] == "floor")
     assert _fmt_ms_ci(floor["per_round"]["ttft_p99_ms"]).endswith(", 1 round(s) failed")
 
@@ -513,9 +513,9 @@ def test_an_open_level_whose_client_fell_behind_is_flagged():
     """Issue 43, item 3: the p99 send lag beyond half the mean gap means the rate named was not
     the rate offered."""
     row = {"kind": "open", "rate": 2.0, "pooled": {"send_lag_p99_ms": 260.0}}
-    assert server_load_view.client_behind(row) is True  # the gap is 500 ms
-    assert server_load_view.client_behind({**row, "pooled": {"send_lag_p99_ms": 20.0}}) is False
-    assert server_load_view.client_behind({"kind": "closed", "pooled": {}}) is None
+    assert load_view.client_behind(row) is True  # the gap is 500 ms
+    assert load_view.client_behind({**row, "pooled": {"send_lag_p99_ms": 20.0}}) is False
+    assert load_view.client_behind({"kind": "closed", "pooled": {}}) is None
 
 
 def render_load(tmp_path: Path, section: dict) -> tuple[str, str]:
@@ -533,7 +533,7 @@ def render_load(tmp_path: Path, section: dict) -> tuple[str, str]:
 
 
 def test_the_report_prints_success_only_percentiles_beside_the_table(tmp_path):
-    md, html = render_load(tmp_path, server_load_view.summarize_load(synthetic_doc(fail_round=2), PLAN,
+    md, html = render_load(tmp_path, load_view.summarize_load(synthetic_doc(fail_round=2), PLAN,
                                                              STATS))
     assert re.search(r"Success-only percentiles \(vLLM's: over the completed requests; the table "
                      r"counts the others as infinitely slow, as aiperf does\): `c1` `floor` "
@@ -677,7 +677,7 @@ def test_capacity_is_found_by_doubling_then_bisecting():
     assert found["bound"] == "bracketed"
     lo, hi = found["bracket"]
     assert math.isclose(lo, math.sqrt(2)) and lo <= 1.5 < hi
-    assert math.isclose(hi / lo, server_load_view.resolution(CAP))  # resolved to 2^(1/4) = 1.19x
+    assert math.isclose(hi / lo, load_view.resolution(CAP))  # resolved to 2^(1/4) = 1.19x
     # a first rate that fails halves down instead
     found, tried = search(0.3)
     assert tried[:3] == [0.5, 0.25, 0.5 * 2 ** -0.5] and found["bracket"][0] <= 0.3
@@ -690,8 +690,8 @@ def test_capacity_outside_the_search_is_named_as_a_bound():
     above, tried = search(100.0)
     assert tried == [0.5, 1, 2, 4, 8, 16] and above["bound"] == "above"
     assert above["bracket"] == [16, None]
-    assert server_load_view._capacity_value(below) == (0.125, "below")  # an upper bound
-    assert server_load_view._capacity_value(above) == (16, "above")  # a lower bound
+    assert load_view._capacity_value(below) == (0.125, "below")  # an upper bound
+    assert load_view._capacity_value(above) == (16, "above")  # a lower bound
 
 
 def test_a_later_round_starts_at_the_earlier_capacity_on_the_same_grid():
@@ -794,9 +794,9 @@ PRICE = {"instance": "test-vm", "usd_per_hour": 0.10, "date": "2026-11-29", "sou
 def test_capacity_is_judged_across_rounds_with_the_searchs_resolution():
     doc = capacity_doc({"floor": [0.6, 0.65, 0.6, 0.62], "fast": [2.6, 2.5, 2.7, 2.6],
                         "control": [2.6, 2.55, 2.6, 2.7]})
-    cap = server_load_view.summarize_load(doc, PLAN, STATS, PRICE)["capacity"]
+    cap = load_view.summarize_load(doc, PLAN, STATS, PRICE)["capacity"]
     rungs = {r["rung"]: r for r in cap["rungs"]}
-    res = server_load_view.resolution(CAP)
+    res = load_view.resolution(CAP)
     floor, fast = rungs["floor"], rungs["fast"]
     # a round's capacity is the highest rate that passed: at most the true one, within 1.19x
     for r, true in zip(floor["rounds"], [0.6, 0.65, 0.6, 0.62]):
@@ -815,7 +815,7 @@ def test_capacity_is_judged_across_rounds_with_the_searchs_resolution():
     assert curve[0.5]["requests"] == 32 and curve[0.5]["attainment"] == 1.0  # every round
     assert 0.85 < curve[0.5]["ci"][0] < 1.0 and curve[0.5]["ci"][1] == pytest.approx(1.0)
     assert curve[1.0]["attainment"] == 0.0 and curve[1.0]["ci"][1] < 0.15
-    words = server_load_view.capacity_sentences(cap)
+    words = load_view.capacity_sentences(cap)
     assert any(w.startswith("`fast` sustains") and "`floor`'s request rate at an attainment shown "
                "above 85 % (target 90 %) within TTFT ≤ 500 ms" in w and "by the search's resolution;" in w for w in words), words
 
@@ -835,7 +835,7 @@ def test_a_capacity_above_its_saturation_throughput_is_flagged(tmp_path):
     doc["levels"] += cap_doc["levels"]
     doc["levels_planned"] += cap_doc["levels_planned"]
     doc["spec"] = cap_doc["spec"]
-    sec = server_load_view.summarize_load(doc, PLAN, STATS)
+    sec = load_view.summarize_load(doc, PLAN, STATS)
     rungs = {e["rung"]: e for e in sec["capacity"]["rungs"]}
     assert rungs["fast"]["saturation_rps"] == pytest.approx(2.0)
     assert rungs["fast"]["predicted_rps"] == pytest.approx(2.5)
@@ -853,9 +853,9 @@ def test_a_difference_within_the_searchs_resolution_is_never_called():
     """Two rungs one bisection step apart in every round (1.19x, nothing else differs): the
     resolution carried by the test keeps it from being called faster."""
     doc = capacity_doc({"floor": [1.0] * 4, "fast": [1.2] * 4, "control": [1.2] * 4})
-    cap = server_load_view.summarize_load(doc, PLAN, STATS)["capacity"]
+    cap = load_view.summarize_load(doc, PLAN, STATS)["capacity"]
     step = cap["cell"]["vs_floor"][0]
-    assert step["ratio"]["estimate"] == pytest.approx(server_load_view.resolution(CAP))
+    assert step["ratio"]["estimate"] == pytest.approx(load_view.resolution(CAP))
     assert step["verdict"]["call"] != "faster"
     assert "usd_per_mtok" not in cap["rungs"][0] and cap["price"] is None
 
@@ -869,7 +869,7 @@ def test_compare_gates_on_a_capacity_that_fell():
                           "control": [2.6, 2.55, 2.6, 2.7]})
 
     def report(doc: dict) -> dict:
-        return {"serving": {"load": server_load_view.summarize_load(doc, PLAN, STATS)}}
+        return {"serving": {"load": load_view.summarize_load(doc, PLAN, STATS)}}
 
     out = compare_load(report(before), report(after), 0.95, ("BASE", "NEW"))
     rows = {r["rung"]: r for r in out["rows"] if r["cell"] == "load capacity"}
@@ -884,8 +884,8 @@ def test_compare_gates_on_a_capacity_that_fell():
 def test_the_report_prints_each_rungs_capacity(tmp_path):
     load = capacity_doc({"floor": [0.6, 0.65, 0.6, 0.62], "fast": [2.6, 2.5, 2.7, 2.6],
                          "control": [2.6, 2.55, 2.6, 2.7]})
-    sec = server_load_view.summarize_load(load, PLAN, STATS, PRICE)
-    sec["capacity_sentences"] = server_load_view.capacity_sentences(sec["capacity"])
+    sec = load_view.summarize_load(load, PLAN, STATS, PRICE)
+    sec["capacity_sentences"] = load_view.capacity_sentences(sec["capacity"])
     md, html = render_load(tmp_path, sec)
     part = md[md.find("#### Serving capacity"):]
     assert part and "resolved to 1.19x" in part, md[md.find("Serving under load"):][:2000]
@@ -900,7 +900,7 @@ def test_censored_rounds_never_make_an_equivalence():
     floor below the search and a rung at its top still call the step, named as censored."""
     doc = capacity_doc({"floor": [0.1, 0.1, 0.1, 0.1], "fast": [40.0, 50.0, 40.0, 45.0],
                         "control": [30.0, 60.0, 45.0, 40.0]})
-    cap = server_load_view.summarize_load(doc, PLAN, STATS)["capacity"]
+    cap = load_view.summarize_load(doc, PLAN, STATS)["capacity"]
     rungs = {r["rung"]: r for r in cap["rungs"]}
     assert rungs["fast"]["text"] == "≥ 16 (every round at the search's top)"
     assert rungs["fast"]["tps_text"] == f"≥ {16 * SPEC['n_gen']:.1f}"  # a lower bound
@@ -912,7 +912,7 @@ def test_censored_rounds_never_make_an_equivalence():
     assert step["verdict"]["call"] == "faster"
     assert step["censored"] == ("`floor` 4 of 4 round(s) below the search; `fast` 4 of 4 "
                                 "round(s) at the search's top")
-    words = server_load_view.capacity_sentences(cap)
+    words = load_view.capacity_sentences(cap)
     assert words and "censored rounds only pull it toward 1x" in words[0]
     # resolved finely (6 bisections: 1.1 %), two rungs at the top would read "equivalent"
     same = capacity_doc({"floor": [0.6] * 4, "fast": [40.0] * 4, "control": [40.0] * 4},
@@ -921,7 +921,7 @@ def test_censored_rounds_never_make_an_equivalence():
     for row in [r for r in same["levels"] if r["rung"] == "control"]:
         same["levels"].append({**row, "rung": "other", "build_key": "other"})
     plan = {**PLAN, "ladder_order": ["floor", "fast", "other"]}
-    cap = server_load_view.summarize_load(same, plan, STATS)["capacity"]
+    cap = load_view.summarize_load(same, plan, STATS)["capacity"]
     step = next(c for c in cap["cell"]["steps"] if c["rung"] == "other")
     assert step["ratio"]["estimate"] == pytest.approx(1.0)
     assert step["verdict"]["call"] == "inconclusive"
@@ -938,7 +938,7 @@ def test_concurrency_capacity_is_judged_like_the_rate():
     not, so the capacity lies in [k, k + 1) and a comparison carries that step (widest at the
     smallest count: the floor's 1 stream, ln 2); output tok/s and cost are what the passing
     probes at the capacity measured."""
-    sec = server_load_view.summarize_load(capacity_doc(RATES, streams=STREAMS), PLAN, STATS, PRICE)
+    sec = load_view.summarize_load(capacity_doc(RATES, streams=STREAMS), PLAN, STATS, PRICE)
     cc = sec["concurrency_capacity"]
     assert cc["dimension"] == "concurrency" and cc["resolution"] == 1.0
     rungs = {r["rung"]: r for r in cc["rungs"]}
@@ -953,7 +953,7 @@ def test_concurrency_capacity_is_judged_like_the_rate():
     assert step["verdict"]["call"] == "faster" and step["bias"] == pytest.approx(math.log(2))
     curve = {p["concurrency"]: p for p in cc["curve"]["fast"]}
     assert curve[1]["attainment"] == 1.0 and curve[16]["attainment"] == 0.0
-    words = server_load_view.capacity_sentences(cc)
+    words = load_view.capacity_sentences(cc)
     assert any("`floor`'s concurrent streams at an attainment shown above 85 %" in w for w in words), words
     assert sec["capacity"]["dimension"] == "rate"  # the rate's, beside it, unchanged
 
@@ -967,7 +967,7 @@ def test_repeated_grid_values_never_give_a_zero_width_interval_or_p_0():
 
     same = {"floor": [3, 3, 3], "fast": [4, 4, 4], "control": [4, 4, 4]}
     rates = {"floor": [1.0] * 3, "fast": [2.0] * 3, "control": [2.0] * 3}
-    sec = server_load_view.summarize_load(capacity_doc(rates, streams=same), PLAN, STATS)
+    sec = load_view.summarize_load(capacity_doc(rates, streams=same), PLAN, STATS)
     cc = sec["concurrency_capacity"]
     step = cc["cell"]["vs_floor"][0]
     assert step["ratio"]["estimate"] == pytest.approx(4 / 3)
@@ -981,7 +981,7 @@ def test_repeated_grid_values_never_give_a_zero_width_interval_or_p_0():
     assert p_rate > 0
 
     def report(streams: dict) -> dict:
-        return {"serving": {"load": server_load_view.summarize_load(
+        return {"serving": {"load": load_view.summarize_load(
             capacity_doc(rates, streams=streams), PLAN, STATS)}}
 
     out = compare_load(report({**same, "fast": [3, 3, 3]}), report(same), 0.95, ("BASE", "NEW"))
@@ -994,7 +994,7 @@ def test_compare_gates_on_concurrency_that_fell():
     from ladder.reporting.compare import compare_load
 
     def report(streams: dict) -> dict:
-        return {"serving": {"load": server_load_view.summarize_load(
+        return {"serving": {"load": load_view.summarize_load(
             capacity_doc(RATES, streams=streams), PLAN, STATS)}}
 
     fell = {**STREAMS, "fast": [3, 3, 4, 3]}
@@ -1007,15 +1007,15 @@ def test_compare_gates_on_concurrency_that_fell():
     # where a later round's search starts does not make two runs incomparable
     other = capacity_doc(RATES, streams=STREAMS)
     other["spec"] = {**other["spec"], "capacity": {**CAP, "warm_start": False}}
-    out = compare_load(report(STREAMS), {"serving": {"load": server_load_view.summarize_load(
+    out = compare_load(report(STREAMS), {"serving": {"load": load_view.summarize_load(
         other, PLAN, STATS)}}, 0.95, ("BASE", "NEW"))
     assert not out["not_comparable"]
 
 
 def test_the_report_prints_each_rungs_concurrency_capacity(tmp_path):
-    sec = server_load_view.summarize_load(capacity_doc(RATES, streams=STREAMS), PLAN, STATS, PRICE)
-    sec["capacity_sentences"] = server_load_view.capacity_sentences(sec["capacity"])
-    sec["concurrency_sentences"] = server_load_view.capacity_sentences(sec["concurrency_capacity"])
+    sec = load_view.summarize_load(capacity_doc(RATES, streams=STREAMS), PLAN, STATS, PRICE)
+    sec["capacity_sentences"] = load_view.capacity_sentences(sec["capacity"])
+    sec["concurrency_sentences"] = load_view.capacity_sentences(sec["concurrency_capacity"])
     md, html = render_load(tmp_path, sec)
     part = md[md.find("#### Concurrency capacity"):]
     assert part.startswith("#### Concurrency capacity"), md[md.find("Serving capacity"):][:3000]

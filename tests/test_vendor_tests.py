@@ -1,4 +1,4 @@
-"""KleidiAI's own test suite as a rung's "kernels alone" (ladder.measuring.vendortests, issue 45 item 5),
+"""KleidiAI's own test suite as a rung's "kernels alone" (ladder.measuring.vendor_tests, issue 45 item 5),
 on real inputs: the pinned llama.cpp's KleidiAI glue, KleidiAI's source from ../shared, and
 googletest reports of its SME2 tests run under QEMU 11 (tests/fixtures/README.md)."""
 
@@ -9,7 +9,7 @@ import tarfile
 
 import pytest
 
-from ladder.measuring import vendortests as vt
+from ladder.measuring import vendor_tests as vt
 from workflow_runner import kleidiai_archive
 
 SME2_Q4_GEMV = "matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4vlx4_1x4vl_sme2_sdot"

@@ -44,7 +44,7 @@ rule kernel_tests:
 
 
 # KleidiAI's own test suite, built from the rung's KleidiAI source, run on the host (under its
-# emulator on an emulated host): which of the kernels llama.cpp calls pass (ladder.measuring.vendortests)
+# emulator on an emulated host): which of the kernels llama.cpp calls pass (ladder.measuring.vendor_tests)
 rule vendor_tests:
     input:
         build=rung_provenance,

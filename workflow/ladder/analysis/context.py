@@ -1,5 +1,5 @@
 """What a report section's builder gets (``SectionContext``): the analysis layer's own type, so
-the views that take it (``reconcile``, ``serving_view``, ``profileview``) never import the
+the views that take it (``reconcile``, ``serving_view``, ``profile_view``) never import the
 report's registry (``reporting/sections``, which hands it over)."""
 
 from __future__ import annotations

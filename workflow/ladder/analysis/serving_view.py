@@ -12,7 +12,7 @@ from ladder.planning import protocol
 from ladder.core.errors import LadderError
 from ladder.planning.serving_experiments import BENCH_EXPERIMENTS, EXPERIMENTS
 from ladder.core.io import read_json
-from ladder.analysis import depth_view, server_load_view
+from ladder.analysis import depth_view, load_view
 from ladder.analysis.context import SectionContext
 
 
@@ -183,8 +183,8 @@ VIEWS: dict[str, ServerView] = {
     "prefix_cache": ServerView(summarize_prefix, lambda v: [v["cell"]]),
     "depth": ServerView(depth_view.summarize_depth, depth_view.judged, depth_view.finish),
     "concurrency": ServerView(summarize_concurrency, lambda v: [p["cell"] for p in v["points"]]),
-    "load": ServerView(server_load_view.summarize_load, server_load_view.judged,
-                       server_load_view.finish, priced=True),
+    "load": ServerView(load_view.summarize_load, load_view.judged,
+                       load_view.finish, priced=True),
 }
 
 

@@ -168,7 +168,7 @@ def ratio_ci(ratios: Sequence[float], confidence: float = 0.95,
     """Paired ratios: geometric mean, t-interval and paired t-test on the mean of their logs,
     the variance of the mean taken ``factor`` times sd²/n (dependent rounds: the run's measured
     factor, ``run_dependence``). ``grid_sd``: the per-round SD (log scale) that values read off
-    a grid carry whatever they show (a capacity search's steps: ``server_load_view``), added in
+    a grid carry whatever they show (a capacity search's steps: ``load_view``), added in
     quadrature, so identical rounds never give a zero-width interval or p = 0.
     ``design_max``: the rounds were measured by the anytime-valid design looking after every
     round up to this many (``ladder.planning.sequential``): the interval is its repeated

@@ -422,7 +422,7 @@ class Plan:
         return dict(self.config["kernel_tests"])
 
     def vendor_test_rungs(self) -> list[str]:
-        """Rungs built with a local KleidiAI source (its own test suite, ladder.vendortests):
+        """Rungs built with a local KleidiAI source (its own test suite, ladder.vendor_tests):
         aarch64 rungs only, the suite's own target."""
         if not self.settings.get("vendor_tests"):
             return []

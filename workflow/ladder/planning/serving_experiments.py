@@ -5,8 +5,8 @@ the report share (no measurement code: planning a run never imports it).
   at growing depth), ``kv_cache`` (cache types, flash attention on), ``ubatch`` (-ub sizes) and
   ``toggle`` (one binary with its mechanism on vs off, per thread count);
 * the experiments that run their own tool, one job per host, model and thread count with every
-  rung in each round (``measuring/prefix_cache``: ``prefix_cache``; ``measuring/batched_bench``:
-  ``concurrency``; ``measuring/server_load``: ``load``). Each is declared where its settings
+  rung in each round (``measuring/prefix_cache``: ``prefix_cache``; ``measuring/concurrency``:
+  ``concurrency``; ``measuring/load``: ``load``). Each is declared where its settings
   are, by its config block's ``x-serving`` in config.schema.yaml (:class:`ServerExperiment`);
   the ``serve`` rule, its result path, the start-up checks and the serving section's inputs
   iterate :func:`server_experiments`, and the serving view, schema, templates and figures

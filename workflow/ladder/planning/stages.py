@@ -1,7 +1,7 @@
 """What the plan and the config checks know of the profiling stages (hotspots, ggml's kernel
 tests) without importing the code that runs them: which workload each hotspot phase samples, and
 why neither runs on an emulated host. ``Plan`` imports this, never ``hotspots`` or
-``kerneltests`` (which import llama-bench's argv and the process runner)."""
+``kernel_tests`` (which import llama-bench's argv and the process runner)."""
 
 from __future__ import annotations
 

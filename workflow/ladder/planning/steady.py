@@ -1,5 +1,5 @@
 """A capacity probe's rule (issue 59): how long a probe runs, which of its requests count, and
-when it passes. Pure functions: ``measuring/server_load`` runs the probes, the analysis reads
+when it passes. Pure functions: ``measuring/load`` runs the probes, the analysis reads
 the same rule back.
 
 A probe offers one request rate (open loop, Poisson arrivals, an independent draw per probe) to

@@ -36,7 +36,7 @@ from ladder.analysis import stats
 from ladder.measuring.dispatch import CREDITED
 from ladder.core.errors import LadderError
 from ladder.core.io import atomic_write_json, atomic_write_text, read_json
-from ladder.analysis.server_load_view import censored_words, grid_sd, grid_step
+from ladder.analysis.load_view import censored_words, grid_sd, grid_step
 
 FORMAT = "ladder-compare/1"
 REPORT_FORMAT = "ladder-report/1"
@@ -181,7 +181,7 @@ def _compare_capacity(cb: Mapping[str, Any] | None, cn: Mapping[str, Any] | None
                       confidence: float, names: tuple[str, str], out: dict[str, Any]) -> None:
     """Each rung's serving capacity (by rate, or by concurrent streams), NEW/BASE of the runs'
     per-round capacities (Welch), the search's resolution carried as in the run
-    (``server_load_view.capacity``): a capacity that fell is a "slower" finding."""
+    (``load_view.capacity``): a capacity that fell is a "slower" finding."""
     streams = (cb or cn or {}).get("dimension") == "concurrency"
     what = "serving capacity (streams)" if streams else "serving capacity"
     where = "load capacity (streams)" if streams else "load capacity"

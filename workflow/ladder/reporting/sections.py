@@ -80,10 +80,10 @@ SECTIONS: tuple[Section, ...] = (
     Section("serving", ("serving_points", *(f"serving_{key}" for key in _SERVERS)),
             build="ladder.analysis.serving_view:section", slot="after_best_threads",
             figures="ladder.reporting.serving_figures:serving_figures", subkeys=_SERVERS),
-    Section("hotspots", ("hotspots",), build="ladder.analysis.profileview:hotspots",
+    Section("hotspots", ("hotspots",), build="ladder.analysis.profile_view:hotspots",
             slot="after_ledger", figures="ladder.reporting.profile_figures:hotspot_bars"),
     Section("kernel_tests", ("kernel_tests", "vendor_tests"),
-            build="ladder.analysis.profileview:kernel_tests",
+            build="ladder.analysis.profile_view:kernel_tests",
             slot="after_ledger"),
 )
 

@@ -1,12 +1,12 @@
 """Serving under load: llama-server per rung, driven by ``load_client``, rungs taking turns
 within shuffled rounds through the bench cells' harness (the report's view of it:
-``analysis/server_load_view``).
+``analysis/load_view``).
 
 Per round and rung: one server (``slots`` parallel sequences, the rung's binary, the cell's CPU
 set, read back from /proc), warmed with one request per slot, then each level in turn:
 closed-loop concurrency levels, open-loop Poisson rates, and the agent workload (multi-turn
 conversations on a growing prefix) with prompt caching on and off. Every request's record and the
-server's /metrics samples are kept; the analysis (``analysis/server_load_view``) reads only those.
+server's /metrics samples are kept; the analysis (``analysis/load_view``) reads only those.
 """
 
 from __future__ import annotations

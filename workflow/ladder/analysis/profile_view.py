@@ -32,8 +32,8 @@ def hotspots(ctx: SectionContext) -> dict[str, Any] | None:
 
 def kernel_tests(ctx: SectionContext) -> dict[str, Any] | None:
     """ggml's kernel tests per rung, with the failed checks named; and a vendor library's own
-    tests of the kernels llama.cpp calls (KleidiAI's suite, ladder.vendortests)."""
-    from ladder.measuring.vendortests import summary
+    tests of the kernels llama.cpp calls (KleidiAI's suite, ladder.vendor_tests)."""
+    from ladder.measuring.vendor_tests import summary
 
     plan, files, missing = ctx.plan, ctx.files["kernel_tests"], ctx.missing
     reason = plan.get("kernel_tests_unavailable")

@@ -1,4 +1,4 @@
-"""The report's view of serving under load (``measuring/server_load`` measures it): each level's
+"""The report's view of serving under load (``measuring/load`` measures it): each level's
 requests pooled per rung, per-round percentiles with intervals, p50/p99 TTFT and TPOT judged per
 level like a bench cell, the agent's turns, the prompt-caching lever, and the sentences."""
 
@@ -223,7 +223,7 @@ def resolution(spec: Mapping[str, Any]) -> float:
     return float(2 ** (1 / 2 ** int(spec["bisect"])))
 
 
-# The two searches of a capacity row (``server_load._capacity``): its key in the row, the key of a
+# The two searches of a capacity row (``load._capacity``): its key in the row, the key of a
 # round's value, the words, a probe's value, the search's top and the settings that define it
 # (the resolution: ``_resolution``; streams are bisected to one stream, a grid of their own:
 # ``grid_step``)
@@ -344,7 +344,7 @@ def capacity(doc: Mapping[str, Any], ladder: Sequence[str], control: str | None,
              twin: str | None, stats_cfg: Mapping[str, Any],
              price: Mapping[str, Any] | None = None, dim: str = "rate"
              ) -> dict[str, Any] | None:
-    """Each rung's serving capacity (``server_load._capacity``, once per round on its own
+    """Each rung's serving capacity (``load._capacity``, once per round on its own
     server), by request rate or (``dim`` "concurrency") by concurrent streams: per round the
     highest value within the SLO target; across rounds their geometric mean with its
     t-interval, widened by the grid it was read off (a round's rate capacity is only known to

@@ -25,7 +25,7 @@ from ladder.core.io import atomic_write_json, atomic_write_text, read_json
 from ladder.core.machine import host_brief
 from ladder.core.run import run
 
-log = logging.getLogger("ladder.kerneltests")
+log = logging.getLogger("ladder.kernel_tests")
 FORMAT = "ladder-kernel-tests/1"
 FNS, PERF = "test-quantize-fns", "test-quantize-perf"
 # "q4_0 absolute quantization error:    ok (0.001234)"; " f32 vec_dot n=   1:   ok (ref=…)"
