@@ -214,10 +214,8 @@ def _postponed_annotations(tree: ast.Module) -> bool:
 def _fill_empty(tree: ast.AST) -> ast.AST:
     """A body a removed bare annotation left empty holds ``pass``."""
     for node in ast.walk(tree):
-        for field in ("body", "orelse", "finalbody"):
-            stmts = getattr(node, field, None)
-            if isinstance(stmts, list) and not stmts and field == "body":
-                setattr(node, field, [ast.Pass()])
+        if getattr(node, "body", None) == []:
+            node.body = [ast.Pass()]  # type: ignore[attr-defined]
     return tree
 
 

@@ -110,9 +110,9 @@ def search_capacity(attains: Callable[[float], bool], *, start: float, min_rate:
     round starts at ``hint`` (the rung's capacity in its earlier rounds) and walks one grid step,
     then two, four, ... until the bracket is found, then bisects it: the same grid, so the same
     resolution, in two probes when the capacity held. A first search given a ``guess`` (from
-    the server's own service time: ``first_guess``) walks from it the same way. The capacity is the highest rate that
-    passed (a lower bound of the round's true capacity); the true one lies below
-    ``bracket[1]``. ``bound``: "bracketed", "below" (even the lowest rate failed: capacity
+    the server's own service time: ``first_guess``) walks from it the same way. The capacity
+    is the highest rate that passed (a lower bound of the round's true capacity); the true one
+    lies below ``bracket[1]``. ``bound``: "bracketed", "below" (even the lowest rate failed: capacity
     below it) or "above" (the highest passed: capacity at least it)."""
     m = 2 ** int(bisect)
     # the ends as before: whole doublings of start inside [min_rate, max_rate]

@@ -202,8 +202,9 @@ def judge(doc: Mapping[str, Any], order: Sequence[str], config: Mapping[str, Any
     A/A rounds rarely measure the dependence between rounds: ``stats.run_dependence``)."""
     cfg = stats.with_dependence(config["stats"], stats.run_dependence(
         [doc], "control", order[0], config["stats"]["confidence"]))
-    # the last rung (the bad end) over the good build's second label too: the ends' check
-    twin = [(TWIN, "control", order[-1])] if len(order) > 1 else []
+    # the ends (two commits): the bad end over the good build's second label too, their check
+    # (``disagreement``); a probe's cell is placed by its own two steps
+    twin = [(TWIN, "control", order[-1])] if len(order) == 2 else []
     cell = stats.summarize(doc, list(order), "control", order[0], cfg, extra=twin)
     stats.fdr_adjust([cell], cfg["confidence"])
     return cell
@@ -480,10 +481,10 @@ class Bisection:
             doc["ends"] = {**step, "call": "inconclusive", "called_over_good": step["call"],
                            "text": f"{step['text']}, not confirmed over the good build's "
                                    f"second label ({twin['text'] if twin else '-'})"}
-            doc.update(result="unresolved", needs=twin_needs(twin), text=(
+            twin_need = twin_needs(twin)
+            doc.update(result="unresolved", needs=twin_need, text=(
                 f"the ends were not resolved: {why}, in two measurements of the ends; at "
-                "this noise the walk would follow one label's luck. "
-                + twin_needs(twin)["text"]))
+                "this noise the walk would follow one label's luck. " + twin_need["text"]))
             self.save(doc)
             return doc
         doc["ends"] = step
